@@ -1,0 +1,156 @@
+// swift-tools-version:6.1
+//
+// PeerSync — an embedded document database with peer-to-peer sync.
+//
+// One manifest declares every target; each package folder under Packages/ holds one concern:
+//
+// | Package folder     | Module / product          | Depends on                 | C library          |
+// |--------------------|---------------------------|----------------------------|--------------------|
+// | Packages/Core      | PeerSyncCore              | —                          | —                  |
+// | Packages/Storage   | PeerSyncStorage           | Core                       | —                  |
+// |                    | PeerSyncStorageTesting    | Storage (conformance suite)| —                  |
+// | Packages/SQLite    | PeerSyncSQLite            | Storage                    | CSQLite (sqlite3)  |
+// | Packages/LMDB      | PeerSyncLMDB              | Storage                    | CLMDB (lmdb)       |
+// | Packages/Database  | PeerSyncDatabase          | Storage                    | —                  |
+// | Packages/Transport | PeerSyncTransport         | Core                       | —                  |
+// |                    | PeerSyncTransportTesting  | Transport (conformance)    | —                  |
+// | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
+// | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
+// | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
+// | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
+// | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
+//
+// Traits choose optional backends: `SQLite` (default) and `LMDB` (opt-in). A consumer that
+// leaves LMDB off never links liblmdb. Tools/test and Tools/demo build with every trait on.
+//
+// Do NOT aggregate nested packages with `.package(path:)`: SwiftPM then refuses to serve
+// this repository to a consumer that depends on it by URL.
+
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+]
+
+func library(_ name: String, folder: String, dependencies: [Target.Dependency] = [],
+             sources: String? = nil) -> Target {
+    .target(
+        name: name,
+        dependencies: dependencies,
+        path: "Packages/\(folder)/Sources/\(sources ?? name)",
+        swiftSettings: swiftSettings
+    )
+}
+
+func tests(_ name: String, folder: String, dependencies: [Target.Dependency],
+           resources: [Resource]? = nil) -> Target {
+    .testTarget(
+        name: name,
+        dependencies: dependencies,
+        path: "Packages/\(folder)/Tests/\(name)",
+        resources: resources,
+        swiftSettings: swiftSettings
+    )
+}
+
+let package = Package(
+    name: "PeerSync",
+    products: [
+        .library(name: "PeerSyncCore", targets: ["PeerSyncCore"]),
+        .library(name: "PeerSyncStorage", targets: ["PeerSyncStorage"]),
+        .library(name: "PeerSyncStorageTesting", targets: ["PeerSyncStorageTesting"]),
+        .library(name: "PeerSyncSQLite", targets: ["PeerSyncSQLite"]),
+        .library(name: "PeerSyncLMDB", targets: ["PeerSyncLMDB"]),
+        .library(name: "PeerSyncDatabase", targets: ["PeerSyncDatabase"]),
+        .library(name: "PeerSyncTransport", targets: ["PeerSyncTransport"]),
+        .library(name: "PeerSyncTransportTesting", targets: ["PeerSyncTransportTesting"]),
+        .library(name: "PeerSyncLoopback", targets: ["PeerSyncLoopback"]),
+        .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
+        .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
+        .library(name: "PeerSync", targets: ["PeerSync"]),
+        .executable(name: "peersync", targets: ["peersync"]),
+    ],
+    traits: [
+        .default(enabledTraits: ["SQLite"]),
+        .trait(name: "SQLite", description: "Storage backend on SQLite (libsqlite3)."),
+        .trait(name: "LMDB", description: "Storage backend on LMDB (liblmdb)."),
+    ],
+    targets: [
+        // MARK: Core
+        library("PeerSyncCore", folder: "Core"),
+        tests("PeerSyncCoreTests", folder: "Core", dependencies: ["PeerSyncCore"]),
+
+        // MARK: Storage
+        library("PeerSyncStorage", folder: "Storage", dependencies: ["PeerSyncCore"]),
+        library("PeerSyncStorageTesting", folder: "Storage", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
+        tests("PeerSyncStorageTests", folder: "Storage",
+              dependencies: ["PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore"]),
+
+        // MARK: SQLite
+        .systemLibrary(name: "CSQLite", path: "Packages/SQLite/Sources/CSQLite",
+                       pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
+
+        // MARK: LMDB
+        .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
+                       pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
+        library("PeerSyncLMDB", folder: "LMDB", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"]),
+
+        // MARK: Database
+        library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
+        tests("PeerSyncDatabaseTests", folder: "Database",
+              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore"]),
+
+        // MARK: Transport
+        library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
+        library("PeerSyncTransportTesting", folder: "Transport", dependencies: ["PeerSyncTransport", "PeerSyncCore"]),
+
+        // MARK: Loopback
+        library("PeerSyncLoopback", folder: "Loopback", dependencies: ["PeerSyncTransport", "PeerSyncCore"]),
+        tests("PeerSyncLoopbackTests", folder: "Loopback",
+              dependencies: ["PeerSyncLoopback", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore"]),
+
+        // MARK: Auth
+        .systemLibrary(name: "COpenSSL", path: "Packages/Auth/Sources/COpenSSL",
+                       pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        library("PeerSyncAuth", folder: "Auth", dependencies: ["PeerSyncCore", "COpenSSL"]),
+        tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
+
+        // MARK: WebSocket
+        library("PeerSyncWebSocket", folder: "WebSocket",
+                dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+        tests("PeerSyncWebSocketTests", folder: "WebSocket",
+              dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
+                             "PeerSyncAuth", "PeerSyncCore"]),
+
+        // MARK: Umbrella and CLI
+        .target(
+            name: "PeerSync",
+            dependencies: [
+                "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Packages/PeerSync/Sources/PeerSync",
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "peersync",
+            dependencies: ["PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase"],
+            path: "Tools/peersync",
+            swiftSettings: swiftSettings
+        ),
+
+        // MARK: Cross-package tests
+        .testTarget(
+            name: "StorageConformanceTests",
+            dependencies: [
+                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Tests/StorageConformanceTests",
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncAuth is written; replaced by the package's sources.

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncAuthTests is written; replaced by the package's sources.

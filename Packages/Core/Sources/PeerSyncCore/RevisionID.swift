@@ -1,0 +1,101 @@
+/// A revision ID of a revision tree: `<generation>-<digest>`, the generation a decimal
+/// integer ≥ 1 and the digest an even number of lowercase hex digits (the rules LiteCore's
+/// parser applies, see `reference/replication-protocol.md` §7).
+public struct RevisionID: Sendable, Hashable, Comparable, CustomStringConvertible, Codable {
+    public let generation: UInt64
+    /// Lowercase hexadecimal digest.
+    public let digest: String
+
+    /// Parses `<generation>-<hex>`; throws ``PeerSyncError/Code/invalidRevisionID``.
+    public init(_ text: String) throws(PeerSyncError) {
+        let utf8 = Array(text.utf8)
+        guard let dash = utf8.firstIndex(of: UInt8(ascii: "-")), dash > 0, dash <= 19 else {
+            throw PeerSyncError(.invalidRevisionID, "revision ID must be <generation>-<digest>",
+                                context: ["revID": String(text.prefix(80))])
+        }
+        var generation: UInt64 = 0
+        for c in utf8[..<dash] {
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(c) else {
+                throw PeerSyncError(.invalidRevisionID, "revision generation is not a number",
+                                    context: ["revID": String(text.prefix(80))])
+            }
+            generation = generation * 10 + UInt64(c - UInt8(ascii: "0"))
+        }
+        let hex = utf8[(dash + 1)...]
+        guard generation >= 1, !hex.isEmpty, hex.count % 2 == 0, hex.count <= 128,
+              hex.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
+        else {
+            throw PeerSyncError(.invalidRevisionID,
+                                "revision ID needs generation ≥ 1 and an even number of lowercase hex digits",
+                                context: ["revID": String(text.prefix(80))])
+        }
+        self.generation = generation
+        self.digest = String(decoding: hex, as: UTF8.self)
+    }
+
+    /// Builds an ID from parts already known to be valid.
+    public init(generation: UInt64, digest: String) {
+        self.generation = generation
+        self.digest = digest
+    }
+
+    /// The ID of a new revision whose parent is `parent` (nil for the first revision):
+    /// generation = parent's + 1, digest = SHA-1 of
+    /// `len(parent) ‖ parent ‖ deleted-byte ‖ canonical JSON body`, as LiteCore computes it,
+    /// so the same edit made on two peers gets the same ID.
+    public static func next(parent: RevisionID?, deleted: Bool, canonicalBody: [UInt8]) -> RevisionID {
+        var hasher = SHA1()
+        let parentText = parent.map { Array($0.description.utf8) } ?? []
+        hasher.update([UInt8(min(parentText.count, 255))])
+        hasher.update(parentText)
+        hasher.update([deleted ? 1 : 0])
+        hasher.update(canonicalBody)
+        return RevisionID(generation: (parent?.generation ?? 0) + 1, digest: hasher.finalize().hexString)
+    }
+
+    public var description: String { "\(generation)-\(digest)" }
+
+    /// Orders by generation, then by digest bytes (the winner rule's last tie-breaker).
+    public static func < (lhs: RevisionID, rhs: RevisionID) -> Bool {
+        if lhs.generation != rhs.generation { return lhs.generation < rhs.generation }
+        return lhs.digest.utf8.lexicographicallyPrecedes(rhs.digest.utf8)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        try self.init(text)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}
+
+/// A revision history as it travels in a `rev` message: newest first, each entry one
+/// generation older than the previous (`"3-c,2-b,1-a"`).
+public struct RevisionHistory: Sendable, Hashable, CustomStringConvertible {
+    public var revisions: [RevisionID]
+
+    public init(_ revisions: [RevisionID]) { self.revisions = revisions }
+
+    /// Parses a comma-separated list (spaces after commas allowed). Throws on a malformed ID
+    /// or when generations do not decrease by one.
+    public init(parsing text: String) throws(PeerSyncError) {
+        var result: [RevisionID] = []
+        if !text.isEmpty {
+            for part in text.split(separator: ",", omittingEmptySubsequences: false) {
+                let trimmed = part.drop(while: { $0 == " " })
+                let id = try RevisionID(String(trimmed))
+                if let last = result.last, id.generation != last.generation - 1 {
+                    throw PeerSyncError(.invalidRevisionID, "revision history generations must decrease by one",
+                                        context: ["history": String(text.prefix(200))])
+                }
+                result.append(id)
+            }
+        }
+        revisions = result
+    }
+
+    public var description: String { revisions.map(\.description).joined(separator: ",") }
+}

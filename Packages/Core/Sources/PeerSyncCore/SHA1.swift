@@ -1,0 +1,109 @@
+/// SHA-1 (FIPS 180-4), incremental. Used for revision digests and blob digests, where the
+/// protocol fixes the algorithm; it is not used for any security decision.
+public struct SHA1: Sendable {
+    private var state: (UInt32, UInt32, UInt32, UInt32, UInt32) =
+        (0x6745_2301, 0xEFCD_AB89, 0x98BA_DCFE, 0x1032_5476, 0xC3D2_E1F0)
+    private var pending: [UInt8] = []
+    private var length: UInt64 = 0
+
+    public init() { pending.reserveCapacity(64) }
+
+    /// Feeds more bytes.
+    public mutating func update(_ bytes: some Sequence<UInt8>) {
+        for byte in bytes {
+            length &+= 1
+            pending.append(byte)
+            if pending.count == 64 {
+                processBlock(pending)
+                pending.removeAll(keepingCapacity: true)
+            }
+        }
+    }
+
+    /// Feeds more bytes from a contiguous buffer (faster path for large inputs).
+    public mutating func update(buffer: UnsafeRawBufferPointer) {
+        var offset = 0
+        length &+= UInt64(buffer.count)
+        if !pending.isEmpty {
+            let take = min(64 - pending.count, buffer.count)
+            pending.append(contentsOf: buffer[0..<take])
+            offset = take
+            if pending.count == 64 {
+                processBlock(pending)
+                pending.removeAll(keepingCapacity: true)
+            }
+        }
+        while buffer.count - offset >= 64 {
+            processBlock(UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + 64]))
+            offset += 64
+        }
+        if offset < buffer.count { pending.append(contentsOf: buffer[offset...]) }
+    }
+
+    /// Finishes and returns the 20-byte digest.
+    public consuming func finalize() -> [UInt8] {
+        var bitLength = length &* 8
+        var tail = pending
+        tail.append(0x80)
+        while tail.count % 64 != 56 { tail.append(0) }
+        var lengthBytes = [UInt8](repeating: 0, count: 8)
+        for i in (0..<8).reversed() { lengthBytes[i] = UInt8(truncatingIfNeeded: bitLength); bitLength >>= 8 }
+        tail.append(contentsOf: lengthBytes)
+        var i = 0
+        while i < tail.count { processBlock(tail[i..<i + 64]); i += 64 }
+        var out: [UInt8] = []
+        out.reserveCapacity(20)
+        for word in [state.0, state.1, state.2, state.3, state.4] {
+            out.append(UInt8(truncatingIfNeeded: word >> 24))
+            out.append(UInt8(truncatingIfNeeded: word >> 16))
+            out.append(UInt8(truncatingIfNeeded: word >> 8))
+            out.append(UInt8(truncatingIfNeeded: word))
+        }
+        return out
+    }
+
+    /// One-shot digest.
+    public static func hash(_ bytes: some Sequence<UInt8>) -> [UInt8] {
+        var h = SHA1()
+        h.update(bytes)
+        return h.finalize()
+    }
+
+    private mutating func processBlock<C: Collection>(_ block: C) where C.Element == UInt8 {
+        state = withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 80) { w in
+            var idx = block.startIndex
+            for t in 0..<16 {
+                var word: UInt32 = 0
+                for _ in 0..<4 { word = word << 8 | UInt32(block[idx]); idx = block.index(after: idx) }
+                w[t] = word
+            }
+            for t in 16..<80 {
+                let x = w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16]
+                w[t] = x << 1 | x >> 31
+            }
+            var (a, b, c, d, e) = state
+            for t in 0..<80 {
+                let f: UInt32, k: UInt32
+                switch t {
+                case 0..<20: f = (b & c) | (~b & d); k = 0x5A82_7999
+                case 20..<40: f = b ^ c ^ d; k = 0x6ED9_EBA1
+                case 40..<60: f = (b & c) | (b & d) | (c & d); k = 0x8F1B_BCDC
+                default: f = b ^ c ^ d; k = 0xCA62_C1D6
+                }
+                let temp = (a << 5 | a >> 27) &+ f &+ e &+ k &+ w[t]
+                e = d; d = c; c = b << 30 | b >> 2; b = a; a = temp
+            }
+            return (state.0 &+ a, state.1 &+ b, state.2 &+ c, state.3 &+ d, state.4 &+ e)
+        }
+    }
+}
+
+extension Sequence where Element == UInt8 {
+    /// Lowercase hexadecimal.
+    public var hexString: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for byte in self { out.append(digits[Int(byte >> 4)]); out.append(digits[Int(byte & 0xF)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,90 @@
+import Testing
+@testable import PeerSyncCore
+
+@Suite struct JSONValueTests {
+    @Test func parsesAndSerializesCanonically() throws {
+        let value = try JSONValue(parsing: #" { "b" : [1, 2.5, true, null], "a" : "x\n\u00e9" } "#)
+        #expect(value.canonicalString == #"{"a":"x\né","b":[1,2.5,true,null]}"#)
+        #expect(value["b"]?.arrayValue?.count == 4)
+    }
+
+    @Test(arguments: ["", "{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\x\"", "tru", "{} x", "\"\u{01}\"", "\"\\ud800\""])
+    func rejectsMalformedJSON(_ text: String) {
+        #expect(throws: PeerSyncError.self) { try JSONValue(parsing: text) }
+    }
+
+    @Test func limitsNesting() {
+        let deep = String(repeating: "[", count: 300) + String(repeating: "]", count: 300)
+        #expect(throws: PeerSyncError.self) { try JSONValue(parsing: deep) }
+    }
+
+    @Test func integersAndDoublesCompare() throws {
+        #expect(try JSONValue(parsing: "1") == JSONValue(parsing: "1.0"))
+        #expect(JSONValue.double(3.0).canonicalString == "3")
+        #expect(try JSONValue(parsing: "9223372036854775807") == .int(Int64.max))
+    }
+
+    @Test func surrogatePairs() throws {
+        #expect(try JSONValue(parsing: #""\ud83d\ude00""#) == .string("😀"))
+    }
+}
+
+@Suite struct IdentifierTests {
+    @Test func documentIDRules() throws {
+        #expect(throws: PeerSyncError.self) { try DocumentID.validate("") }
+        #expect(throws: PeerSyncError.self) { try DocumentID.validate(String(repeating: "a", count: 256)) }
+        try DocumentID.validate(String(repeating: "a", count: 255))
+        #expect(DocumentID.generate() != DocumentID.generate())
+    }
+
+    @Test func sha1KnownAnswers() {
+        #expect(SHA1.hash(Array("abc".utf8)).hexString == "a9993e364706816aba3e25717850c26c9cd0d89d")
+        #expect(SHA1.hash([]).hexString == "da39a3ee5e6b4b0d3255bfef95601890afd80709")
+        let million = [UInt8](repeating: UInt8(ascii: "a"), count: 1_000_000)
+        var h = SHA1()
+        million.withUnsafeBytes { h.update(buffer: $0) }
+        #expect(h.finalize().hexString == "34aa973cd4c4daa4f61eeb2bdbad27316534016f")
+    }
+
+    @Test func revisionIDs() throws {
+        let id = try RevisionID("3-abcdef")
+        #expect(id.generation == 3 && id.digest == "abcdef")
+        for bad in ["", "3", "-ab", "0-ab", "3-ABC", "3-abc", "x-ab", "3-"] {
+            #expect(throws: PeerSyncError.self) { try RevisionID(bad) }
+        }
+        let first = RevisionID.next(parent: nil, deleted: false, canonicalBody: Array("{}".utf8))
+        let again = RevisionID.next(parent: nil, deleted: false, canonicalBody: Array("{}".utf8))
+        #expect(first == again && first.generation == 1 && first.digest.count == 40)
+        let second = RevisionID.next(parent: first, deleted: true, canonicalBody: [])
+        #expect(second.generation == 2 && second > first)
+        let history = try RevisionHistory(parsing: "3-aa, 2-bb,1-cc")
+        #expect(history.revisions.count == 3 && history.description == "3-aa,2-bb,1-cc")
+        #expect(throws: PeerSyncError.self) { try RevisionHistory(parsing: "3-aa,1-cc") }
+    }
+}
+
+@Suite struct LoggingTests {
+    @Test func fileSinkRotates() throws {
+        let dir = "/tmp/peersync-log-\(UInt64.random(in: 0...UInt64.max))"
+        let sink = try FileLogSink(directory: dir, level: .info, maxSize: 1024, maxKeptFiles: 2)
+        for i in 0..<200 { sink.write(level: .info, domain: .database, message: "line \(i) padding padding") }
+        let files = try FileManager.default.contentsOfDirectory(atPath: dir).sorted()
+        #expect(files == ["peersync.1.log", "peersync.2.log", "peersync.log"])
+        try FileManager.default.removeItem(atPath: dir)
+    }
+
+    @Test func customSinkFiltersByLevelAndDomain() {
+        let received = Mutex<[String]>([])
+        LogSinks.custom = CustomLogSink(level: .info, domains: .replicator) { level, domain, message in
+            received.withLock { $0.append("\(level) \(domain) \(message)") }
+        }
+        defer { LogSinks.custom = nil }
+        Logger(.replicator).info("kept")
+        Logger(.replicator).debug("too verbose")
+        Logger(.database).error("other domain")
+        #expect(received.withLock { $0 } == ["INFO Replicator kept"])
+    }
+}
+
+import Foundation
+import Synchronization

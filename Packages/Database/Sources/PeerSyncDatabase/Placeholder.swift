@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncDatabase is written; replaced by the package's sources.

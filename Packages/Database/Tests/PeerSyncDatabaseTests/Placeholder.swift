@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncDatabaseTests is written; replaced by the package's sources.

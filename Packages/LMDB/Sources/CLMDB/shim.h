@@ -1,0 +1,4 @@
+#ifndef PEERSYNC_CLMDB_SHIM_H
+#define PEERSYNC_CLMDB_SHIM_H
+#include <lmdb.h>
+#endif

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncLMDB is written; replaced by the package's sources.

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncLoopback is written; replaced by the package's sources.

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncLoopbackTests is written; replaced by the package's sources.

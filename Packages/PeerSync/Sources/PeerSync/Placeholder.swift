@@ -1,0 +1,1 @@
+// Placeholder until PeerSync is written; replaced by the package's sources.

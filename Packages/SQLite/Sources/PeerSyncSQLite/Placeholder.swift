@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncSQLite is written; replaced by the package's sources.

@@ -1,0 +1,178 @@
+import PeerSyncCore
+
+/// Per-record flag bits. The storage layer stores them and never interprets them, except
+/// ``deleted``: ``StorageReader/count(in:includeDeleted:)`` and tombstones use it.
+public struct RecordFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    /// The record is a tombstone (a deleted document that still replicates).
+    public static let deleted = RecordFlags(rawValue: 1 << 0)
+    /// The document has unresolved conflicting branches.
+    public static let conflicted = RecordFlags(rawValue: 1 << 1)
+    /// The document references blobs.
+    public static let hasAttachments = RecordFlags(rawValue: 1 << 2)
+}
+
+/// One stored record: the shape of LiteCore's `Record`.
+public struct Record: Sendable, Hashable {
+    /// The key, unique within its keyspace. Keys are ordered by their UTF-8 bytes.
+    public var key: String
+    /// Assigned by the store on every put/delete: strictly increasing within a keyspace.
+    public var sequence: UInt64
+    public var flags: RecordFlags
+    /// Opaque version metadata (the database keeps the current revision ID here).
+    public var version: [UInt8]
+    /// Opaque body (the database keeps the current revision's JSON here).
+    public var body: [UInt8]
+    /// Opaque extra data (the database keeps the revision tree here).
+    public var extra: [UInt8]
+
+    public init(key: String, sequence: UInt64 = 0, flags: RecordFlags = [], version: [UInt8] = [],
+                body: [UInt8] = [], extra: [UInt8] = []) {
+        self.key = key
+        self.sequence = sequence
+        self.flags = flags
+        self.version = version
+        self.body = body
+        self.extra = extra
+    }
+}
+
+/// A range of keys, compared by UTF-8 bytes. `nil` bounds are open.
+public struct KeyRange: Sendable, Hashable {
+    public var lowerBound: String?
+    public var upperBound: String?
+    /// Whether a record whose key equals `upperBound` is included.
+    public var includesUpperBound: Bool
+
+    public init(from lowerBound: String? = nil, to upperBound: String? = nil, includesUpperBound: Bool = false) {
+        self.lowerBound = lowerBound
+        self.upperBound = upperBound
+        self.includesUpperBound = includesUpperBound
+    }
+
+    /// Every key.
+    public static let all = KeyRange()
+
+    /// Every key that starts with `prefix`.
+    public static func prefix(_ prefix: String) -> KeyRange {
+        // The smallest string greater than every string with this prefix: append U+10FFFF.
+        KeyRange(from: prefix, to: prefix + "\u{10FFFF}", includesUpperBound: true)
+    }
+
+    /// Whether `key` lies in the range (byte-wise comparison).
+    public func contains(_ key: String) -> Bool {
+        if let lower = lowerBound, key.utf8.lexicographicallyPrecedes(lower.utf8) { return false }
+        if let upper = upperBound {
+            if includesUpperBound { return !upper.utf8.lexicographicallyPrecedes(key.utf8) }
+            return key.utf8.lexicographicallyPrecedes(upper.utf8)
+        }
+        return true
+    }
+}
+
+/// Read operations. A reader passed to ``Storage/read(_:)`` sees one consistent snapshot for
+/// its whole lifetime; a reader inside ``Storage/write(_:)`` also sees the transaction's own
+/// uncommitted changes. A reader must not escape the closure it was passed to.
+///
+/// Keyspaces are created implicitly by the first write to them; reading one that does not
+/// exist behaves as an empty keyspace.
+public protocol StorageReader {
+    /// Names of the keyspaces that exist (hold or held records), sorted.
+    func keyspaces() throws -> [String]
+    /// The record with this key, or nil.
+    func get(_ key: String, in keyspace: String) throws -> Record?
+    /// Records whose keys lie in `range`, in key order (reversed when `descending`).
+    /// `body` returns `false` to stop early. Tombstones are included.
+    func enumerate(in keyspace: String, range: KeyRange, descending: Bool,
+                   _ body: (Record) throws -> Bool) throws
+    /// Records with `sequence > since`, in sequence order; `body` returns `false` to stop.
+    /// Purged records are absent; a record appears once, at its latest sequence.
+    func enumerate(in keyspace: String, since: UInt64, _ body: (Record) throws -> Bool) throws
+    /// The number of records, counting tombstones only if asked.
+    func count(in keyspace: String, includeDeleted: Bool) throws -> Int
+    /// The highest sequence ever assigned in the keyspace (0 if none); never decreases,
+    /// not even after a purge.
+    func lastSequence(in keyspace: String) throws -> UInt64
+}
+
+/// Write operations of a write transaction.
+public protocol StorageWriter: StorageReader {
+    /// Inserts or replaces the record with key `record.key` (its `sequence` is ignored) and
+    /// returns the new sequence assigned to it: `lastSequence + 1`.
+    @discardableResult
+    func put(_ record: Record, in keyspace: String) throws -> UInt64
+    /// Turns the record into a tombstone: sets ``RecordFlags/deleted``, empties its body,
+    /// keeps its key, version and extra, and assigns it a new sequence, which is returned.
+    /// Returns nil if there is no such record.
+    @discardableResult
+    func delete(_ key: String, in keyspace: String) throws -> UInt64?
+    /// Removes the record completely (no tombstone). Returns whether it existed.
+    @discardableResult
+    func purge(_ key: String, in keyspace: String) throws -> Bool
+    /// Removes a keyspace with all its records and its sequence counter.
+    func dropKeyspace(_ keyspace: String) throws
+}
+
+/// An open store. See DESIGN.md, "Contracts": a transactional, ordered key-value record store
+/// with named keyspaces and a per-keyspace sequence index.
+///
+/// Threading: every method blocks the calling thread (disk I/O, locks held by other
+/// processes), so call them from a thread you own, not from Swift's cooperative pool;
+/// `PeerSyncDatabase` runs them on its own serial queue. Instances are thread-safe.
+///
+/// Transactions: ``read(_:)`` runs the closure against a snapshot; ``write(_:)`` runs it in a
+/// write transaction that is serialized against every other writer, in this process and in
+/// others that opened the same directory. When the closure throws, every change it made is
+/// rolled back and the error is rethrown; when it returns, the transaction commits (durably,
+/// unless ``StorageOptions/durable`` is false) before `write` returns. Transactions do not nest.
+///
+/// Errors: ``PeerSyncError`` with codes `.storage`, `.io`, `.busy` (a lock held past
+/// ``StorageOptions/busyTimeout``), `.corrupt`, `.tooLarge`, `.closed`.
+public protocol Storage: AnyObject, Sendable {
+    /// The backend that opened this store, e.g. `"sqlite"`.
+    var backendName: String { get }
+    /// The directory the store lives in.
+    var directory: String { get }
+    func read<R>(_ body: (any StorageReader) throws -> R) throws -> R
+    func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R
+    /// Closes the store. Later calls throw ``PeerSyncError/Code/closed``. Idempotent.
+    func close() throws
+}
+
+/// Options for opening a store.
+public struct StorageOptions: Sendable, Hashable {
+    /// Create the store if it does not exist (default true).
+    public var create: Bool
+    /// Whether a commit is flushed to stable storage before `write` returns (default true).
+    public var durable: Bool
+    /// How long to wait for a lock held by another process or thread (default 10 s).
+    public var busyTimeout: Duration
+    /// Backend-specific size hint, e.g. LMDB's initial map size in bytes (0 = backend default).
+    public var initialSize: Int
+
+    public init(create: Bool = true, durable: Bool = true, busyTimeout: Duration = .seconds(10), initialSize: Int = 0) {
+        self.create = create
+        self.durable = durable
+        self.busyTimeout = busyTimeout
+        self.initialSize = initialSize
+    }
+}
+
+/// A storage engine that can open stores: what an app injects to pick a backend.
+public protocol StorageBackend: Sendable {
+    /// A short lowercase name, e.g. `"sqlite"`, `"lmdb"`, `"memory"`.
+    var name: String { get }
+    /// Opens (or creates) the store in `directory`, which is created if needed.
+    func open(directory: String, options: StorageOptions) throws -> any Storage
+    /// Whether `directory` holds a store of this backend (used to detect an existing
+    /// database's backend).
+    func hasStore(in directory: String) -> Bool
+}
+
+extension StorageReader {
+    /// Every record of the keyspace in key order.
+    public func enumerate(in keyspace: String, _ body: (Record) throws -> Bool) throws {
+        try enumerate(in: keyspace, range: .all, descending: false, body)
+    }
+}

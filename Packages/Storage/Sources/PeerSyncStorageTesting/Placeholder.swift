@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncStorageTesting is written; replaced by the package's sources.

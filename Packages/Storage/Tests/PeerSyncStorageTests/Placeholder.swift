@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncStorageTests is written; replaced by the package's sources.

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncTransport is written; replaced by the package's sources.

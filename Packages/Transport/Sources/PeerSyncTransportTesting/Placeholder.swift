@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncTransportTesting is written; replaced by the package's sources.

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncWebSocket is written; replaced by the package's sources.

@@ -1,0 +1,1 @@
+// Placeholder until PeerSyncWebSocketTests is written; replaced by the package's sources.

@@ -1,0 +1,1 @@
+print("peersync: not yet built")
