@@ -17,6 +17,7 @@
 // | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
 // | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
+// | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 //
@@ -67,6 +68,7 @@ let package = Package(
         .library(name: "PeerSyncLoopback", targets: ["PeerSyncLoopback"]),
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
+        .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
     ],
@@ -122,6 +124,12 @@ let package = Package(
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
                              "PeerSyncAuth", "PeerSyncCore"]),
+
+        // MARK: BLIP
+        .systemLibrary(name: "CZlib", path: "Packages/BLIP/Sources/CZlib",
+                       pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        library("PeerSyncBLIP", folder: "BLIP", dependencies: ["PeerSyncCore", "CZlib"]),
+        tests("PeerSyncBLIPTests", folder: "BLIP", dependencies: ["PeerSyncBLIP", "PeerSyncCore"]),
 
         // MARK: Umbrella and CLI
         .target(
