@@ -21,9 +21,13 @@ import PeerSyncStorage
 // Keys are TEXT with the default BINARY collation, i.e. memcmp over the UTF-8 bytes of a
 // UTF-8 database: exactly the byte order the Storage contract asks for.
 //
-// `last_seq` in the metadata table is the keyspace's sequence counter. It only ever grows (a
-// purge does not touch it), and it is written once per keyspace per write transaction, just
-// before COMMIT, not on every put.
+// The keyspace's last sequence is max(max(seq) of its table, `last_seq` of its metadata row).
+// max(seq) is one seek to the right edge of the rowid b-tree, and puts and deletes only ever
+// raise it, so they never write the metadata row. Only a purge can lower max(seq) (when it
+// removes the newest record), so a transaction that purged writes its final last sequence to
+// `last_seq` before COMMIT: the counter never decreases. (Updating the metadata row on every
+// commit would also rewrite, at commit time, a page a bulk insert spilled to the WAL long
+// before, making SQLite re-checksum every WAL frame written after it.)
 
 enum SQLiteSchema {
     /// `PRAGMA application_id` of a PeerSync store: "PSYC".
@@ -66,9 +70,10 @@ final class KeyspaceTable {
     /// current transaction serial (reloaded once per transaction otherwise).
     var lastSequence: UInt64
     var sequenceSerial: UInt64
-    /// The transaction serial in which `lastSequence` changed and must be written back.
+    /// The transaction serial in which a purge ran, so `lastSequence` must be written back.
     var dirtySerial: UInt64 = 0
 
+    var loadLastSequence: SQLiteStatement?
     var get: SQLiteStatement?
     var insert: SQLiteStatement?
     var tombstone: SQLiteStatement?
@@ -111,7 +116,7 @@ final class SQLiteTransaction: StorageWriter {
         recent = nil
     }
 
-    /// Writes the dirty sequence counters back and remembers the schema version the commit
+    /// Writes the sequence counters of keyspaces that had purges back and remembers the schema version the commit
     /// will leave, so the next transaction keeps this connection's caches. Call right before
     /// COMMIT, while the write lock is still held (nobody else can change the schema then).
     func prepareCommit() throws {
@@ -161,14 +166,14 @@ final class SQLiteTransaction: StorageWriter {
             recent = cached
             return cached
         }
-        let lookup = try connection.cached("SELECT id, last_seq FROM peersync_keyspaces WHERE name = ?1")
+        let lookup = try connection.cached("SELECT id FROM peersync_keyspaces WHERE name = ?1")
         var found: KeyspaceTable?
         do {
             defer { lookup.reset() }
             try lookup.bindText(1, name)
             if try lookup.step() {
-                found = KeyspaceTable(id: lookup.int64(0), name: name, lastSequence: lookup.uint64(1),
-                                      serial: connection.transactionSerial)
+                // The last sequence is loaded when first needed (serial 0 = not loaded).
+                found = KeyspaceTable(id: lookup.int64(0), name: name, lastSequence: 0, serial: 0)
             }
         }
         if found == nil {
@@ -192,7 +197,9 @@ final class SQLiteTransaction: StorageWriter {
 
     private func lastSequence(of table: KeyspaceTable) throws -> UInt64 {
         if table.sequenceSerial == connection.transactionSerial { return table.lastSequence }
-        let query = try connection.cached("SELECT last_seq FROM peersync_keyspaces WHERE id = ?1")
+        let query = try statement(\.loadLastSequence, of: table) {
+            "SELECT max(ifnull((SELECT max(seq) FROM \($0)), 0), last_seq) FROM peersync_keyspaces WHERE id = ?1"
+        }
         defer { query.reset() }
         try query.bind(1, table.id)
         guard try query.step() else {
@@ -213,9 +220,8 @@ final class SQLiteTransaction: StorageWriter {
         return last + 1
     }
 
-    @inline(__always)
-    private func advance(_ table: KeyspaceTable, to sequence: UInt64) {
-        table.lastSequence = sequence
+    /// Remembers that a purge ran: the last sequence is written to the metadata row at commit.
+    private func markPurged(_ table: KeyspaceTable) {
         if table.dirtySerial != connection.transactionSerial {
             table.dirtySerial = connection.transactionSerial
             dirtyTables.append(table)
@@ -354,8 +360,11 @@ final class SQLiteTransaction: StorageWriter {
             throw PeerSyncError(.internalError, "keyspace was not created", context: ["keyspace": keyspace])
         }
         let sequence = try nextSequence(of: table)
+        // An upsert, not INSERT OR REPLACE: REPLACE would also apply to the explicit rowid
+        // (seq), which makes SQLite treat every insert as a possible multi-row write and keep a
+        // statement journal (profiled: +45% instructions on a bulk insert).
         let insert = try table.insert ?? statement(\.insert, of: table) {
-            "INSERT OR REPLACE INTO \($0) (\(SQLiteSchema.recordColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            "INSERT INTO \($0) (\(SQLiteSchema.recordColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, flags = excluded.flags, version = excluded.version, body = excluded.body, extra = excluded.extra"
         }
         // Every buffer is bound with SQLITE_STATIC (no copy) and the statement is reset, which
         // clears the bindings, before the buffers' scopes end.
@@ -376,7 +385,7 @@ final class SQLiteTransaction: StorageWriter {
                 }
             }
         }
-        advance(table, to: sequence)
+        table.lastSequence = sequence
         return sequence
     }
 
@@ -396,7 +405,7 @@ final class SQLiteTransaction: StorageWriter {
             _ = try update.step()
         }
         guard connection.changes > 0 else { return nil }
-        advance(table, to: sequence)
+        table.lastSequence = sequence
         return sequence
     }
 
@@ -405,13 +414,16 @@ final class SQLiteTransaction: StorageWriter {
         try checkWritable()
         guard let table = try table(keyspace, create: false) else { return false }
         let delete = try statement(\.purge, of: table) { "DELETE FROM \($0) WHERE key = ?1" }
+        _ = try lastSequence(of: table)  // loaded before the purge may remove the newest record
         var key = key
         try key.withUTF8 { keyBytes in
             defer { delete.reset() }
             try delete.bindTextNoCopy(1, keyBytes)
             _ = try delete.step()
         }
-        return connection.changes > 0
+        guard connection.changes > 0 else { return false }
+        markPurged(table)
+        return true
     }
 
     func dropKeyspace(_ keyspace: String) throws {

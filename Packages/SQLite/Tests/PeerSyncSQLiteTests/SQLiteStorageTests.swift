@@ -459,6 +459,22 @@ struct SQLiteStorageTests {
         #expect(try storage.write { try $0.put(Record(key: "c"), in: "ks") } == 1)
     }
 
+    @Test func purgeOfNewestRecordInAnotherStoreKeepsTheCounter() throws {
+        let dir = try TempDirectory()
+        let first = try backend.open(directory: dir.path, options: StorageOptions())
+        let second = try backend.open(directory: dir.path, options: StorageOptions())
+        defer { try? first.close(); try? second.close() }
+        try first.write { writer throws in
+            try writer.put(Record(key: "a"), in: "ks")
+            try writer.put(Record(key: "b"), in: "ks")
+            _ = try writer.delete("a", in: "ks")  // a -> 3, the newest
+        }
+        #expect(try second.write { try $0.purge("a", in: "ks") })
+        #expect(try first.read { try $0.lastSequence(in: "ks") } == 3)
+        #expect(try first.write { try $0.put(Record(key: "c"), in: "ks") } == 4)
+        #expect(try second.read { try $0.lastSequence(in: "ks") } == 4)
+    }
+
     @Test func tombstones() throws {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions())
