@@ -138,6 +138,7 @@ public final class MemoryStorage: Storage {
         return try body(MemoryReader(data: snapshot))
     }
 
+    @discardableResult
     public func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
         try checkOpen()
         try shared.writeLock.acquire(timeout: options.busyTimeout)
