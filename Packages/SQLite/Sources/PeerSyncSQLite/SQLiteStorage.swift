@@ -77,6 +77,9 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
     // MARK: Opening
 
     private static func prepareDirectory(_ directory: String, databasePath: String, create: Bool) throws {
+        guard !directory.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "the store directory must not be empty")
+        }
         let files = FileManager.default
         var isDirectory: ObjCBool = false
         if files.fileExists(atPath: directory, isDirectory: &isDirectory) {
@@ -196,6 +199,7 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
         do { try surplus?.close() } catch {}
     }
 
+    @discardableResult
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
         let thread = currentThreadID()
         guard writeOwner.load(ordering: .relaxed) != thread else {

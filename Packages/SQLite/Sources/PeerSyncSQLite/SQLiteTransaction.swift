@@ -59,6 +59,20 @@ enum SQLiteSchema {
     static let recordColumns = "seq, key, flags, version, body, extra"
 }
 
+/// A keyspace name compared and hashed by its UTF-8 bytes. Swift's `String ==` uses canonical
+/// equivalence ("\u{E9}" == "e\u{301}"), but keyspace names, like keys, are distinct by bytes.
+struct KeyspaceName: Hashable {
+    let name: String
+    init(_ name: String) { self.name = name }
+
+    static func == (a: KeyspaceName, b: KeyspaceName) -> Bool { a.name.utf8.elementsEqual(b.name.utf8) }
+
+    func hash(into hasher: inout Hasher) {
+        var name = name
+        name.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+}
+
 /// One keyspace's table as seen by one connection, with that connection's prepared
 /// statements for it. Owned by ``SQLiteConnection/tables`` (same thread-safety discipline).
 final class KeyspaceTable {
@@ -157,12 +171,12 @@ final class SQLiteTransaction: StorageWriter {
     /// The table of `name`, or nil if the keyspace does not exist and `create` is false.
     @inline(__always)
     private func table(_ name: String, create: Bool) throws -> KeyspaceTable? {
-        if let recent, recent.name == name { return recent }
+        if let recent, recent.name.utf8.elementsEqual(name.utf8) { return recent }
         return try lookUpTable(name, create: create)
     }
 
     private func lookUpTable(_ name: String, create: Bool) throws -> KeyspaceTable? {
-        if let cached = connection.tables[name] {
+        if let cached = connection.tables[KeyspaceName(name)] {
             recent = cached
             return cached
         }
@@ -190,7 +204,7 @@ final class SQLiteTransaction: StorageWriter {
             changedSchema = true
             found = table
         }
-        connection.tables[name] = found
+        connection.tables[KeyspaceName(name)] = found
         recent = found
         return found
     }
@@ -271,7 +285,8 @@ final class SQLiteTransaction: StorageWriter {
 
     func keyspaces() throws -> [String] {
         try checkValid()
-        return try connection.queryTexts("SELECT name FROM peersync_keyspaces").sorted()
+        // BINARY collation: UTF-8 byte order, like keys.
+        return try connection.queryTexts("SELECT name FROM peersync_keyspaces ORDER BY name")
     }
 
     func get(_ key: String, in keyspace: String) throws -> Record? {
@@ -435,7 +450,7 @@ final class SQLiteTransaction: StorageWriter {
                                 context: ["keyspace": keyspace])
         }
         guard let table = try table(keyspace, create: false) else { return }
-        connection.tables[keyspace] = nil
+        connection.tables[KeyspaceName(keyspace)] = nil
         recent = nil
         try connection.execute("DROP TABLE \(table.table)")
         let delete = try connection.cached("DELETE FROM peersync_keyspaces WHERE id = ?1")
