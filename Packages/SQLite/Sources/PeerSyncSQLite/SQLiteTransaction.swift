@@ -162,7 +162,7 @@ final class SQLiteTransaction: StorageWriter {
     private func checkWritable() throws {
         try checkValid()
         guard isWritable else {
-            throw PeerSyncError(.invalidArgument, "write operation on a read-only transaction")
+            throw PeerSyncError(.storage, "write operation on a read-only transaction")
         }
     }
 
@@ -446,7 +446,7 @@ final class SQLiteTransaction: StorageWriter {
         // SQLite cannot drop a table while a statement of the connection is reading, and
         // the enumeration's statements would be finalized under its feet.
         guard connection.activeEnumerations == 0 else {
-            throw PeerSyncError(.invalidArgument, "dropKeyspace cannot run inside an enumeration callback",
+            throw PeerSyncError(.storage, "dropKeyspace cannot run inside an enumeration callback",
                                 context: ["keyspace": keyspace])
         }
         guard let table = try table(keyspace, create: false) else { return }

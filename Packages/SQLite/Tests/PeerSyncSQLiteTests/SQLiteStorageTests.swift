@@ -386,8 +386,8 @@ struct SQLiteStorageTests {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions())
         try storage.write { writer throws in
-            expectError(.invalidArgument) { try storage.write { _ in } }
-            expectError(.invalidArgument) { try storage.close() }
+            expectError(.storage) { try storage.write { _ in } }
+            expectError(.storage) { try storage.close() }
             try writer.put(Record(key: "a"), in: "ks")
         }
         // An escaped reader or writer is dead once its closure returned.
@@ -398,7 +398,7 @@ struct SQLiteStorageTests {
         // A read-only transaction cast to a writer cannot write.
         try storage.read { reader throws in
             let writer = try #require(reader as? any StorageWriter)
-            expectError(.invalidArgument) { try writer.put(Record(key: "c"), in: "ks") }
+            expectError(.storage) { try writer.put(Record(key: "c"), in: "ks") }
         }
         try storage.close()
         try storage.close()  // idempotent
@@ -592,8 +592,8 @@ struct SQLiteStorageTests {
                     return true
                 }
                 #expect(try writer.count(in: "docs", includeDeleted: true) == 5)
-                expectError(.invalidArgument) { try writer.dropKeyspace("docs") }
-                expectError(.invalidArgument) { try writer.dropKeyspace("other") }
+                expectError(.storage) { try writer.dropKeyspace("docs") }
+                expectError(.storage) { try writer.dropKeyspace("other") }
                 _ = outer
                 return true
             }
@@ -672,6 +672,36 @@ struct SQLiteStorageTests {
         }
         group.wait()
         #expect(try storage.read { try $0.lastSequence(in: "docs") } == 2_100)
+    }
+
+    // MARK: README
+
+    /// The example of Packages/SQLite/README.md, kept compiling and correct here.
+    @Test func readmeExample() throws {
+        var lines: [String] = []
+        func print(_ items: Any...) { lines.append(items.map { "\($0)" }.joined(separator: " ")) }
+        // --- README example ---
+        let backend = SQLiteStorageBackend()
+        let directory = NSTemporaryDirectory() + "peersync-sqlite-readme"
+        let store = try backend.open(directory: directory, options: StorageOptions(durable: true, busyTimeout: .seconds(5)))
+
+        try store.write { w in
+            try w.put(Record(key: "doc1", version: Array("1-a".utf8), body: Array(#"{"title":"milk"}"#.utf8)), in: "tasks")
+            try w.put(Record(key: "doc2", version: Array("1-b".utf8), body: Array(#"{"title":"eggs"}"#.utf8)), in: "tasks")
+            try w.delete("doc1", in: "tasks")                     // a tombstone at sequence 3
+        }
+        try store.read { r in
+            try r.enumerate(in: "tasks", since: 0) { record in    // the changes feed
+                print(record.sequence, record.key, "deleted=\(record.flags.contains(.deleted))")
+                return true
+            }
+        }
+        try store.close()
+        print("problems:", try backend.checkIntegrity(directory: directory))
+        try FileManager.default.removeItem(atPath: directory)
+        // --- end ---
+        #expect(lines == ["2 doc2 deleted=false", "3 doc1 deleted=true", "problems: []"])
+        #expect(!FileManager.default.fileExists(atPath: directory))
     }
 
     // MARK: Raw baseline
