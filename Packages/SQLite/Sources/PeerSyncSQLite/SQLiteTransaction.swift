@@ -204,9 +204,22 @@ final class SQLiteTransaction: StorageWriter {
             changedSchema = true
             found = table
         }
+        if connection.tables.count >= Self.maxCachedTables { evictCachedTables() }
         connection.tables[KeyspaceName(name)] = found
         recent = found
         return found
+    }
+
+    /// Keyspace tables (each with up to 20 prepared statements) cached per connection: a store
+    /// with thousands of keyspaces must not keep thousands of statements on every connection.
+    static let maxCachedTables = 64
+
+    /// Forgets the cached tables, except those whose purges this transaction must still write
+    /// back at commit (their in-memory last sequence may be ahead of what the database shows).
+    /// A table an enumeration is using stays alive through that enumeration's references.
+    private func evictCachedTables() {
+        let serial = connection.transactionSerial
+        connection.tables = connection.tables.filter { $0.value.dirtySerial == serial }
     }
 
     private func lastSequence(of table: KeyspaceTable) throws -> UInt64 {

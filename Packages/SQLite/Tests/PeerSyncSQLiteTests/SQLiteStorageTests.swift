@@ -640,6 +640,35 @@ struct SQLiteStorageTests {
         }
     }
 
+    @Test func moreKeyspacesThanTheTableCacheHolds() throws {
+        let dir = try TempDirectory()
+        var storage = try backend.open(directory: dir.path, options: StorageOptions())
+        let names = (0..<(3 * SQLiteTransaction.maxCachedTables)).map { "ks-\($0)" }
+        try storage.write { writer throws in
+            for name in names {
+                try writer.put(Record(key: "a"), in: name)
+                try writer.put(Record(key: "b"), in: name)
+                #expect(try writer.purge("b", in: name))  // the counter (2) must be written at commit
+            }
+            for name in names { try writer.put(Record(key: "c", body: Array(name.utf8)), in: name) }  // -> 3
+            for name in names { #expect(try writer.purge("c", in: name)) }
+        }
+        try storage.close()
+        storage = try backend.open(directory: dir.path, options: StorageOptions())
+        defer { try? storage.close() }
+        try storage.read { reader throws in
+            #expect(try reader.keyspaces().count == names.count)
+            for name in names {
+                #expect(try reader.lastSequence(in: name) == 3)
+                #expect(try reader.get("a", in: name)?.sequence == 1)
+            }
+        }
+        try storage.write { writer throws in
+            for name in names.reversed() { #expect(try writer.put(Record(key: "d"), in: name) == 4) }
+        }
+        #expect(try backend.checkIntegrity(directory: dir.path) == [])
+    }
+
     @Test func concurrentReadersAndWriter() throws {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions(durable: false))
