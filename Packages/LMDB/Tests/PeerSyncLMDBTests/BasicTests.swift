@@ -113,7 +113,8 @@ import PeerSyncStorage
         try withTemporaryDirectory { dir in
             let storage = try openStore(dir)
             defer { try? storage.close() }
-            let allKeys = ["", "a", "ab", "abc", "b", "ba", "c", "é", "z\u{10FFFF}"]
+            // Byte order: "z" (0x7A) sorts before "é" (0xC3 0xA9).
+            let allKeys = ["", "a", "ab", "abc", "b", "ba", "c", "z\u{10FFFF}", "é"]
             try storage.write { w throws in
                 for k in allKeys.shuffled() { try w.put(Record(key: k), in: "ks") }
                 try w.put(Record(key: "other"), in: "ks2")
@@ -133,20 +134,24 @@ import PeerSyncStorage
                 #expect(try keys(KeyRange(from: "ab", to: "b", includesUpperBound: true)) == ["ab", "abc", "b"])
                 #expect(try keys(KeyRange(from: "ab", to: "b", includesUpperBound: true), descending: true) == ["b", "abc", "ab"])
                 #expect(try keys(KeyRange(from: "ab", to: "b"), descending: true) == ["abc", "ab"])
-                #expect(try keys(KeyRange(from: "b")) == ["b", "ba", "c", "é", "z\u{10FFFF}"])
+                #expect(try keys(KeyRange(from: "b")) == ["b", "ba", "c", "z\u{10FFFF}", "é"])
                 #expect(try keys(KeyRange(to: "a")) == [""])
                 #expect(try keys(KeyRange(to: "a", includesUpperBound: true), descending: true) == ["a", ""])
                 #expect(try keys(KeyRange(from: "c", to: "b")) == [])
                 #expect(try keys(KeyRange(from: "b", to: "b")) == [])
                 #expect(try keys(KeyRange(from: "b", to: "b", includesUpperBound: true)) == ["b"])
                 #expect(try keys(KeyRange(from: "bb", to: "bz")) == [])
-                #expect(try keys(KeyRange(from: "zz")) == [])
-                #expect(try keys(KeyRange(from: "zz"), descending: true) == [])
+                #expect(try keys(KeyRange(from: "zz")) == ["z\u{10FFFF}", "é"])
+                #expect(try keys(KeyRange(from: "zz", to: "é")) == ["z\u{10FFFF}"])
+                #expect(try keys(KeyRange(from: "zz"), descending: true) == ["é", "z\u{10FFFF}"])
+                #expect(try keys(KeyRange(from: "é\u{1}")) == [])
+                #expect(try keys(KeyRange(from: "é\u{1}"), descending: true) == [])
                 #expect(try keys(KeyRange(from: "0", to: "1"), descending: true) == [])
                 // Bounds longer than LMDB's key limit still compare correctly.
                 let long = "b" + String(repeating: "x", count: 600)
-                #expect(try keys(KeyRange(from: long)) == ["ba", "c", "é", "z\u{10FFFF}"])
-                #expect(try keys(KeyRange(to: long), descending: true) == ["b", "abc", "ab", "a", ""])
+                #expect(try keys(KeyRange(from: long)) == ["c", "z\u{10FFFF}", "é"])
+                #expect(try keys(KeyRange(to: long), descending: true) == ["ba", "b", "abc", "ab", "a", ""])
+                #expect(try keys(KeyRange(from: "ba", to: long + "x", includesUpperBound: true), descending: true) == ["ba"])
                 // Early stop.
                 var first: [String] = []
                 try r.enumerate(in: "ks", range: .all, descending: false) { first.append($0.key); return first.count < 2 }
