@@ -92,11 +92,19 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Packages/SQLite/Sources/CSQLite",
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
+        tests("PeerSyncSQLiteTests", folder: "SQLite",
+              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore"]),
 
         // MARK: LMDB
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
                        pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         library("PeerSyncLMDB", folder: "LMDB", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"]),
+        // A second process for the multi-process tests, and a benchmark driver (`bench`).
+        .executableTarget(name: "PeerSyncLMDBTestHelper",
+                          dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore"],
+                          path: "Packages/LMDB/Tests/PeerSyncLMDBTestHelper", swiftSettings: swiftSettings),
+        tests("PeerSyncLMDBTests", folder: "LMDB",
+              dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper"]),
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
@@ -150,10 +158,22 @@ let package = Package(
         ),
 
         // MARK: Cross-package tests
+        // The child process of the multi-process storage conformance cases (picks a backend
+        // by name); a dependency of StorageConformanceTests so that it is always built.
+        .executableTarget(
+            name: "storage-conformance-child",
+            dependencies: [
+                "PeerSyncStorage", "PeerSyncStorageTesting",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Tests/StorageConformanceChild",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "StorageConformanceTests",
             dependencies: [
-                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore",
+                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore", "storage-conformance-child",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],
