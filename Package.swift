@@ -90,6 +90,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Packages/SQLite/Sources/CSQLite",
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
+        tests("PeerSyncSQLiteTests", folder: "SQLite",
+              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore"]),
 
         // MARK: LMDB
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
