@@ -99,8 +99,18 @@ extension DocumentProperties {
 
 /// Date formatting as Couchbase Lite stores dates: ISO-8601 in UTC with milliseconds.
 enum ISO8601 {
+    /// `yyyy-MM-ddTHH:mm:ss.SSSZ`, rounded to the nearest millisecond.
     static func format(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        let totalMs = (date.timeIntervalSince1970 * 1000).rounded()
+        guard totalMs.isFinite, abs(totalMs) < 1e16 else {
+            return date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        }
+        let ms = Int64(totalMs)
+        let seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
+        let fraction = ms - seconds * 1000
+        let whole = Date(timeIntervalSince1970: Double(seconds)).formatted(Date.ISO8601FormatStyle())
+        let digits = String(fraction)
+        return String(whole.dropLast()) + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
     }
 
     static func parse(_ text: String) -> Date? {
