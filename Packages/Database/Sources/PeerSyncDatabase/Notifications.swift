@@ -74,6 +74,9 @@ final class ChangeNotifier: Sendable {
         return ListenerToken(id: id, notifier: self)
     }
 
+    /// How many listeners are registered.
+    var listenerCount: Int { registry.withLock { $0.listeners.count } }
+
     func remove(_ id: UInt64) {
         let removed = registry.withLock { $0.listeners.removeValue(forKey: id) }
         removed?.finish?()
