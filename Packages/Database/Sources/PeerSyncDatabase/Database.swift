@@ -334,6 +334,8 @@ public final class Database: Sendable, CustomStringConvertible {
     public func delete() async throws {
         try await close()
         try await Database.removeFolder(path)
+        // The in-memory backend keeps its data per directory until told to forget it.
+        (config.backend as? MemoryStorageBackend)?.removeStore(in: path)
     }
 
     /// Whether a database `name` exists in `directory` (its folder exists).

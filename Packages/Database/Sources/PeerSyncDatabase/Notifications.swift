@@ -53,6 +53,8 @@ final class ChangeNotifier: Sendable {
     struct Registry {
         var listeners: [UInt64: Listener] = [:]
         var nextID: UInt64 = 1
+        /// Set when the database closed: new listeners are finished at once.
+        var closed = false
     }
 
     struct Seen {
@@ -64,12 +66,18 @@ final class ChangeNotifier: Sendable {
     /// Last sequences delivered per watched collection; only touched on the database queue.
     private let seen = QueueConfined([CollectionSpec: Seen]())
 
+    /// Registers a listener; on a closed database it is finished at once (a stream ends).
     func add(_ listener: Listener) -> ListenerToken {
-        let id = registry.withLock { registry in
+        let id = registry.withLock { registry -> UInt64? in
+            guard !registry.closed else { return nil }
             let id = registry.nextID
             registry.nextID += 1
             registry.listeners[id] = listener
             return id
+        }
+        guard let id else {
+            listener.finish?()
+            return ListenerToken(id: 0, notifier: self)
         }
         return ListenerToken(id: id, notifier: self)
     }
@@ -82,9 +90,10 @@ final class ChangeNotifier: Sendable {
         removed?.finish?()
     }
 
-    /// Removes every listener, ending their streams.
+    /// Removes every listener, ending their streams; later listeners end at once.
     func finishAll() {
         let all = registry.withLock { registry in
+            registry.closed = true
             defer { registry.listeners.removeAll() }
             return Array(registry.listeners.values)
         }

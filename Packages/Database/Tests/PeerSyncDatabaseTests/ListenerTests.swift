@@ -154,3 +154,32 @@ import Testing
         try await second.close()
     }
 }
+
+@Suite struct ListenerLifecycleTests {
+    @Test func streamsOnAClosedDatabaseEndAtOnce() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let db = try await Database(name: "closed", config: makeConfig(.memory, dir))
+        let c = try db.defaultCollection()
+        try await db.close()
+        var count = 0
+        for await _ in c.changeStream() { count += 1 }
+        for await _ in c.documentChangeStream(id: "x") { count += 1 }
+        #expect(count == 0)
+        #expect(db.notifier.listenerCount == 0)
+    }
+
+    @Test func deletingAMemoryDatabaseForgetsItsData() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let db = try await Database(name: "m", config: makeConfig(.memory, dir))
+        var doc = MutableDocument(id: "a", data: [:])
+        try await db.defaultCollection().save(document: &doc)
+        try await db.delete()
+        let reopened = try await Database(name: "m", config: makeConfig(.memory, dir))
+        // `Collection` here is PeerSyncDatabase's, not the standard library protocol.
+        let collection: Collection = try reopened.defaultCollection()
+        #expect(try await collection.count == 0)
+        try await reopened.delete()
+    }
+}
