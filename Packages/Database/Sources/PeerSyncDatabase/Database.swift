@@ -268,9 +268,17 @@ public final class Database: Sendable, CustomStringConvertible {
                 try sweepExpired(storage, now: now)
             }
             if trim {
-                let specs = try storage.read { try Database.collectionSpecs($0) }
-                try storage.write { writer in
-                    for spec in specs { try self.engine(spec).trimPurgeLog(olderThan: Database.purgeLogRetention, writer) }
+                let stale = try storage.read { reader in
+                    try Database.collectionSpecs(reader).map { spec in
+                        (spec, try self.engine(spec).stalePurgeLogEntries(olderThan: Database.purgeLogRetention, reader))
+                    }.filter { !$0.1.isEmpty }
+                }
+                if !stale.isEmpty {
+                    try storage.write { writer in
+                        for (spec, keys) in stale {
+                            for key in keys { try writer.purge(key, in: spec.purgeLogKeyspace) }
+                        }
+                    }
                 }
             }
         } catch {

@@ -165,13 +165,19 @@ struct DocumentEngine {
         return true
     }
 
-    /// Stores the content of blobs set on `doc` that its properties still reference.
+    /// Stores the content of blobs set on `doc` that its properties still reference, and of
+    /// referenced blobs that are only in the store of the database `doc` was read from.
     func installPendingBlobs(_ doc: MutableDocument) throws {
-        guard !doc.pendingBlobs.isEmpty else { return }
+        let otherStore = doc.blobStore.flatMap { $0.directory == blobStore.directory ? nil : $0 }
+        guard !doc.pendingBlobs.isEmpty || otherStore != nil else { return }
         var digests = Set<String>()
         DocumentEngine.collectBlobDigests(.object(doc.properties), into: &digests)
-        for (digest, blob) in doc.pendingBlobs where digests.contains(digest) {
-            try blobStore.install(blob)
+        for digest in digests {
+            if let blob = doc.pendingBlobs[digest] {
+                try blobStore.install(blob)
+            } else if let otherStore, !blobStore.has(digest: digest), otherStore.has(digest: digest) {
+                try blobStore.install(fileURL: otherStore.fileURL(forDigest: digest), expectedDigest: digest)
+            }
         }
     }
 
@@ -207,15 +213,15 @@ struct DocumentEngine {
         try writer.put(Record(key: id, body: Array(String(now).utf8)), in: spec.purgeLogKeyspace)
     }
 
-    /// Drops purge-log entries older than `age` (other processes had time to see them).
-    func trimPurgeLog(olderThan age: TimeInterval, _ writer: any StorageWriter) throws {
+    /// Purge-log entries older than `age` (other processes had time to see them).
+    func stalePurgeLogEntries(olderThan age: TimeInterval, _ reader: any StorageReader) throws -> [String] {
         let limit = Int64((Date().timeIntervalSince1970 - age) * 1000)
         var old: [String] = []
-        try writer.enumerate(in: spec.purgeLogKeyspace) { record in
+        try reader.enumerate(in: spec.purgeLogKeyspace) { record in
             if let ms = Int64(String(decoding: record.body, as: UTF8.self)), ms < limit { old.append(record.key) }
             return true
         }
-        for key in old { try writer.purge(key, in: spec.purgeLogKeyspace) }
+        return old
     }
 
     // MARK: Expiration

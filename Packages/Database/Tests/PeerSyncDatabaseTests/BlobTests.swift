@@ -201,3 +201,67 @@ private func blobFiles(_ db: Database) throws -> [String] {
         }
     }
 }
+
+/// The peak resident set size of this process, in bytes (Linux `VmHWM`), or nil.
+private func peakRSS() -> Int? {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+          let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else { return nil }
+    return kb * 1024
+}
+
+@Suite struct LargeBlobTests {
+    /// A 200 MiB blob goes from a file into the store and back out in chunks while the process's
+    /// peak memory grows by far less than the blob. Slow in debug builds (SHA-1 of 600 MiB), so
+    /// it runs only with PEERSYNC_LARGE_BLOB_TEST=1, alone:
+    /// `PEERSYNC_LARGE_BLOB_TEST=1 swift test --filter LargeBlobTests`.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["PEERSYNC_LARGE_BLOB_TEST"] == "1"))
+    func twoHundredMebibyteBlobIsStreamed() async throws {
+        try await withDatabase(.memory) { db, dir in
+            let size = 200 * 1024 * 1024
+            let url = URL(fileURLWithPath: dir.path).appendingPathComponent("large.bin")
+            #expect(FileManager.default.createFile(atPath: url.path, contents: nil))
+            let handle = try FileHandle(forWritingTo: url)
+            var chunk = Data(count: 1 << 20)
+            for i in 0..<(size >> 20) {
+                chunk[0] = UInt8(truncatingIfNeeded: i)
+                try handle.write(contentsOf: chunk)
+            }
+            try handle.close()
+            let before = try #require(peakRSS())
+
+            let blob = try await Blob(contentType: "application/octet-stream", fileURL: url)
+            #expect(blob.length == UInt64(size))
+            var doc = MutableDocument(id: "large")
+            doc.setBlob(blob, forKey: "data")
+            try await db.defaultCollection().save(document: &doc)
+            try FileManager.default.removeItem(at: url)
+            let stored = try #require(try await db.defaultCollection().document(id: "large")?.blob(forKey: "data"))
+            var total = 0
+            for try await part in stored.contentStream() { total += part.count }
+            #expect(total == size)
+
+            let growth = try #require(peakRSS()) - before
+            #expect(growth < 64 * 1024 * 1024, "peak memory grew by \(growth / 1_048_576) MiB for a 200 MiB blob")
+        }
+    }
+}
+
+@Suite struct BlobCopyTests {
+    @Test func savingADocumentFromAnotherDatabaseCopiesItsBlobs() async throws {
+        try await withDatabase(.memory) { source, _ in
+            try await withDatabase(.memory) { target, _ in
+                var doc = MutableDocument(id: "x")
+                doc.setBlob(Blob(contentType: "text/plain", data: Data("carried over".utf8)), forKey: "f")
+                try await source.defaultCollection().save(document: &doc)
+                let read = try #require(try await source.defaultCollection().document(id: "x"))
+                var copy = MutableDocument(id: "x", data: read.properties)
+                copy.setBlob(read.blob(forKey: "f"), forKey: "f")
+                try await target.defaultCollection().save(document: &copy)
+                let blob = try #require(try await target.defaultCollection().document(id: "x")?.blob(forKey: "f"))
+                #expect(try await blob.content == Data("carried over".utf8))
+                #expect(try await target.checkIntegrity().isEmpty)
+            }
+        }
+    }
+}

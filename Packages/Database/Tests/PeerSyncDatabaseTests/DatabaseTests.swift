@@ -513,3 +513,23 @@ import Testing
         }
     }
 }
+
+#if SQLite && canImport(PeerSyncSQLite)
+import PeerSyncSQLite
+
+@Suite struct DamagedFileTests {
+    @Test func openingAGarbageStoreFailsWithATypedError() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let folder = dir.path + "/bad.peersync"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try Data(repeating: 0x41, count: 8192).write(to: URL(fileURLWithPath: folder + "/" + SQLiteStorageBackend.fileName))
+        do {
+            _ = try await Database(name: "bad", config: makeConfig(.sqlite, dir))
+            Issue.record("opened a garbage file")
+        } catch let error as PeerSyncError {
+            #expect(error.code == .corrupt, "\(error)")
+        }
+    }
+}
+#endif
