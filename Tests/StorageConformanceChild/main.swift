@@ -7,7 +7,7 @@
 import Foundation
 import PeerSyncStorage
 import PeerSyncStorageTesting
-#if SQLite && canImport(PeerSyncSQLite) && false  // TEMPORARY until the sqlite branch is merged
+#if SQLite && canImport(PeerSyncSQLite)
 import PeerSyncSQLite
 #endif
 #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
@@ -17,7 +17,7 @@ import PeerSyncLMDB
 func backend(named name: String) -> (any StorageBackend)? {
     switch name {
     case "memory": return MemoryStorageBackend()
-    #if SQLite && canImport(PeerSyncSQLite) && false  // TEMPORARY until the sqlite branch is merged
+    #if SQLite && canImport(PeerSyncSQLite)
     case "sqlite": return SQLiteStorageBackend()
     #endif
     #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged

@@ -2,7 +2,7 @@ import Foundation
 import PeerSyncStorage
 import PeerSyncStorageTesting
 import Testing
-#if SQLite && canImport(PeerSyncSQLite) && false  // TEMPORARY until the sqlite branch is merged
+#if SQLite && canImport(PeerSyncSQLite)
 import PeerSyncSQLite
 #endif
 #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
@@ -20,7 +20,7 @@ struct ConformanceCombination: Sendable, Hashable, CustomTestStringConvertible {
 enum ConformanceBackends {
     static var names: [String] {
         var names = ["memory"]
-        #if SQLite && canImport(PeerSyncSQLite) && false  // TEMPORARY until the sqlite branch is merged
+        #if SQLite && canImport(PeerSyncSQLite)
         names.append("sqlite")
         #endif
         #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
@@ -35,7 +35,7 @@ enum ConformanceBackends {
             let memory = MemoryStorageBackend()
             return StorageConformanceSuite(backend: memory, capabilities: .init(multiProcess: false),
                                            removeStore: { memory.removeStore(in: $0) })
-        #if SQLite && canImport(PeerSyncSQLite) && false  // TEMPORARY until the sqlite branch is merged
+        #if SQLite && canImport(PeerSyncSQLite)
         case "sqlite":
             return StorageConformanceSuite(backend: SQLiteStorageBackend(), capabilities: .init(multiProcess: true),
                                            childLauncher: childLauncher(backend: name))
@@ -75,13 +75,30 @@ enum ConformanceBackends {
     }
 }
 
+/// Failures of other packages' backends that are reported to their owners and not fixed yet:
+/// recorded as known issues (still printed in the test output) so the rest of the matrix stays
+/// meaningful. Remove an entry once its backend is fixed.
+let knownConformanceIssues: [ConformanceCombination: String] = [
+    ConformanceCombination(backend: "sqlite", caseName: "keyspaceNames"):
+        "SQLiteTransaction caches keyspace tables in a [String: KeyspaceTable] (and compares `recent.name == name`), "
+        + "so canonically equivalent names (\"\\u{E9}t\\u{E9}\" / \"e\\u{301}te\\u{301}\") share one table; "
+        + "keyspaces() also sorts with String <, not by UTF-8 bytes",
+]
+
 @Test("Storage conformance", arguments: ConformanceBackends.combinations)
 func storageConformance(_ combination: ConformanceCombination) async throws {
     let suite = try #require(ConformanceBackends.suite(for: combination.backend))
-    do {
-        try await suite.run(combination.caseName)
-    } catch let failure as ConformanceFailure {
-        Issue.record("\(failure)")
+    let run = {
+        do {
+            try await suite.run(combination.caseName)
+        } catch let failure as ConformanceFailure {
+            Issue.record("\(failure)")
+        }
+    }
+    if let known = knownConformanceIssues[combination] {
+        await withKnownIssue(Comment(rawValue: known), isIntermittent: true) { try await run() }
+    } else {
+        try await run()
     }
 }
 

@@ -93,10 +93,19 @@ final class CaseContext {
     /// Like the `String?` overload, for lists of strings.
     func checkEqual(_ actual: [String], _ expected: [String], _ what: @autoclosure () -> String,
                     file: StaticString = #fileID, line: UInt = #line) throws {
-        if actual.map({ Array($0.utf8) }) != expected.map({ Array($0.utf8) }) {
-            throw failure("\(what()): expected \(brief(expected.map(brief))), got \(brief(actual.map(brief)))",
-                          file: file, line: line)
+        let actualBytes = actual.map { Array($0.utf8) }, expectedBytes = expected.map { Array($0.utf8) }
+        if actualBytes == expectedBytes { return }
+        var facts: [String] = []
+        let missing = expected.filter { !actualBytes.contains(Array($0.utf8)) }
+        let unexpected = actual.filter { !expectedBytes.contains(Array($0.utf8)) }
+        if !missing.isEmpty { facts.append("missing \(brief(missing.map(brief)))") }
+        if !unexpected.isEmpty { facts.append("unexpected \(brief(unexpected.map(brief)))") }
+        if actual.count != expected.count { facts.append("\(actual.count) items instead of \(expected.count)") }
+        if missing.isEmpty && unexpected.isEmpty,
+           let index = zip(actualBytes, expectedBytes).enumerated().first(where: { $0.element.0 != $0.element.1 })?.offset {
+            facts.append("order differs first at index \(index): \(brief(actual[index])) where \(brief(expected[index])) was expected")
         }
+        throw failure("\(what()): \(facts.joined(separator: "; "))", file: file, line: line)
     }
 
     /// Compares byte arrays without printing megabytes: reports lengths and the first difference.

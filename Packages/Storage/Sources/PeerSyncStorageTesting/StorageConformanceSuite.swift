@@ -186,6 +186,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "emptyAndBinaryFields", needsMultiProcess: false, body: DataCases.emptyAndBinaryFields),
         ConformanceCase(name: "reopenAfterClose", needsMultiProcess: false, body: LifecycleCases.reopenAfterClose),
         ConformanceCase(name: "twoHandlesOneProcess", needsMultiProcess: false, body: LifecycleCases.twoHandlesOneProcess),
+        ConformanceCase(name: "busyTimeout", needsMultiProcess: false, body: TransactionCases.busyTimeout),
         ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
         ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
         ConformanceCase(name: "childKilledMidWrite", needsMultiProcess: true, body: MultiProcessCases.childKilledMidWrite),

@@ -223,6 +223,50 @@ enum TransactionCases {
         }
     }
 
+    /// A writer that cannot get the write lock within `busyTimeout` throws `.busy`, on the
+    /// same handle and on a second handle, and the store keeps working afterwards. The holder
+    /// keeps the lock until the waiter has given up, so nothing depends on timing.
+    static func busyTimeout(_ t: CaseContext) throws {
+        let options = StorageOptions(busyTimeout: .milliseconds(200))
+        let store = try t.open(options: options)
+        let other = try t.open(options: options)
+        try store.write { try $0.put(Record(key: "a"), in: "ks") }
+        for (name, waiterStore) in [("the same handle", store), ("a second handle", other)] {
+            let holding = DispatchSemaphore(value: 0)
+            let waiterDone = DispatchSemaphore(value: 0)
+            let holder = CaseThread(name: "lock-holder") { () throws -> Bool in
+                try store.write { w in
+                    try w.put(Record(key: "held"), in: "ks")
+                    holding.signal()
+                    return waiterDone.wait(timeout: .now() + CaseContext.hangTimeout.timeInterval) == .success
+                }
+            }
+            defer { waiterDone.signal() }
+            guard holding.wait(timeout: .now() + CaseContext.hangTimeout.timeInterval) == .success else {
+                throw t.failure("the lock holder never started its transaction", file: #fileID, line: #line)
+            }
+            let waiter = CaseThread(name: "lock-waiter") { () throws -> PeerSyncError.Code? in
+                do {
+                    try waiterStore.write { try $0.put(Record(key: "waiter"), in: "ks") }
+                    return nil
+                } catch let error as PeerSyncError {
+                    return error.code
+                }
+            }
+            let code = try t.join(waiter, "a writer waiting on \(name) past busyTimeout")
+            try t.checkEqual(code?.rawValue, PeerSyncError.Code.busy.rawValue,
+                             "a write on \(name) while another thread holds the write lock past busyTimeout")
+            waiterDone.signal()
+            try t.checkEqual(try t.join(holder, "the lock holder"), true, "the lock holder committed")
+        }
+        try store.read { r in
+            try t.checkEqual(try r.get("waiter", in: "ks"), nil, "the writer that timed out wrote nothing")
+            try t.checkEqual(try r.lastSequence(in: "ks"), 3, "sequences after two busy timeouts")
+        }
+        try t.checkEqual(try other.write { try $0.put(Record(key: "after"), in: "ks") }, 4,
+                         "the store works after busy timeouts")
+    }
+
     static func concurrentWriters(_ t: CaseContext) throws {
         let store = try t.open()
         let threads = 6, perThread = 40
