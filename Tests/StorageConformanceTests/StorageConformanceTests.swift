@@ -78,12 +78,7 @@ enum ConformanceBackends {
 /// Failures of other packages' backends that are reported to their owners and not fixed yet:
 /// recorded as known issues (still printed in the test output) so the rest of the matrix stays
 /// meaningful. Remove an entry once its backend is fixed.
-let knownConformanceIssues: [ConformanceCombination: String] = [
-    ConformanceCombination(backend: "sqlite", caseName: "keyspaceNames"):
-        "SQLiteTransaction caches keyspace tables in a [String: KeyspaceTable] (and compares `recent.name == name`), "
-        + "so canonically equivalent names (\"\\u{E9}t\\u{E9}\" / \"e\\u{301}te\\u{301}\") share one table; "
-        + "keyspaces() also sorts with String <, not by UTF-8 bytes",
-]
+let knownConformanceIssues: [ConformanceCombination: String] = [:]
 
 @Test("Storage conformance", arguments: ConformanceBackends.combinations)
 func storageConformance(_ combination: ConformanceCombination) async throws {

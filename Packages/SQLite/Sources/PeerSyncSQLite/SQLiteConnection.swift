@@ -144,7 +144,7 @@ final class SQLiteConnection: @unchecked Sendable {
 
     // Keyspace state, used by SQLiteTransaction (see there).
     /// Keyspace tables known to this connection, valid while `schemaVersion` is current.
-    var tables: [String: KeyspaceTable] = [:]
+    var tables: [KeyspaceName: KeyspaceTable] = [:]
     /// `PRAGMA schema_version` when `tables` was last validated; -1 = unknown.
     var schemaVersion: Int64 = -1
     /// Incremented at the start of every transaction on this connection.

@@ -77,6 +77,9 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
     // MARK: Opening
 
     private static func prepareDirectory(_ directory: String, databasePath: String, create: Bool) throws {
+        guard !directory.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "the store directory must not be empty")
+        }
         let files = FileManager.default
         var isDirectory: ObjCBool = false
         if files.fileExists(atPath: directory, isDirectory: &isDirectory) {
@@ -196,10 +199,11 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
         do { try surplus?.close() } catch {}
     }
 
+    @discardableResult
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
         let thread = currentThreadID()
         guard writeOwner.load(ordering: .relaxed) != thread else {
-            throw PeerSyncError(.invalidArgument, "write transactions do not nest", context: ["path": path])
+            throw PeerSyncError(.storage, "write transactions do not nest", context: ["path": path])
         }
         try checkOpen()
         let start = ContinuousClock.now
@@ -243,7 +247,7 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
 
     func close() throws {
         guard writeOwner.load(ordering: .relaxed) != currentThreadID() else {
-            throw PeerSyncError(.invalidArgument, "close() called inside a write transaction", context: ["path": path])
+            throw PeerSyncError(.storage, "close() called inside a write transaction", context: ["path": path])
         }
         writeLock.lock()  // waits for a running write transaction to finish
         defer { writeLock.unlock() }

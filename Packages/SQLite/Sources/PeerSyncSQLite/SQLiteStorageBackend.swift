@@ -48,7 +48,7 @@ public struct SQLiteStorageBackend: StorageBackend {
     /// Checks the store in `directory` for damage, for `peersync check`: SQLite's
     /// `PRAGMA integrity_check` (or the faster `quick_check`, which skips index-content
     /// checks), then PeerSync's own invariants (the file is a PeerSync store, every keyspace
-    /// has its table, no record's sequence exceeds its keyspace's counter).
+    /// has its table).
     ///
     /// Returns one line per problem found; an empty array means the store is healthy. Reads
     /// only (the store may be open elsewhere; it waits up to 10 s for locks). Throws `.notFound`
@@ -89,30 +89,19 @@ public struct SQLiteStorageBackend: StorageBackend {
             problems.append("the keyspace metadata table peersync_keyspaces is missing")
             return problems
         }
-        let keyspaces = try connection.cached("SELECT id, name, last_seq FROM peersync_keyspaces ORDER BY id")
-        var entries: [(id: Int64, name: String, lastSequence: Int64)] = []
+        let keyspaces = try connection.cached("SELECT id, name FROM peersync_keyspaces ORDER BY id")
+        var entries: [(id: Int64, name: String)] = []
         do {
             defer { keyspaces.reset() }
-            while try keyspaces.step() {
-                entries.append((keyspaces.int64(0), keyspaces.text(1), keyspaces.int64(2)))
-            }
+            while try keyspaces.step() { entries.append((keyspaces.int64(0), keyspaces.text(1))) }
         }
         let tableExists = try connection.cached("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1")
         for entry in entries {
             let table = "kv_\(entry.id)"
-            let exists: Bool
-            do {
-                defer { tableExists.reset() }
-                try tableExists.bindText(1, table)
-                exists = try tableExists.step() && tableExists.int64(0) > 0
-            }
-            guard exists else {
+            defer { tableExists.reset() }
+            try tableExists.bindText(1, table)
+            if !(try tableExists.step() && tableExists.int64(0) > 0) {
                 problems.append("keyspace \"\(entry.name)\": its table \(table) is missing")
-                continue
-            }
-            let maxSequence = try connection.queryFirstText("SELECT max(seq) FROM \(table)").flatMap { Int64($0) } ?? 0
-            if maxSequence > entry.lastSequence {
-                problems.append("keyspace \"\(entry.name)\": a record has sequence \(maxSequence) above the keyspace's last sequence \(entry.lastSequence)")
             }
         }
         return problems

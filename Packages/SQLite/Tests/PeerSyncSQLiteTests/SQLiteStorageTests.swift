@@ -386,8 +386,8 @@ struct SQLiteStorageTests {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions())
         try storage.write { writer throws in
-            expectError(.invalidArgument) { try storage.write { _ in } }
-            expectError(.invalidArgument) { try storage.close() }
+            expectError(.storage) { try storage.write { _ in } }
+            expectError(.storage) { try storage.close() }
             try writer.put(Record(key: "a"), in: "ks")
         }
         // An escaped reader or writer is dead once its closure returned.
@@ -398,7 +398,7 @@ struct SQLiteStorageTests {
         // A read-only transaction cast to a writer cannot write.
         try storage.read { reader throws in
             let writer = try #require(reader as? any StorageWriter)
-            expectError(.invalidArgument) { try writer.put(Record(key: "c"), in: "ks") }
+            expectError(.storage) { try writer.put(Record(key: "c"), in: "ks") }
         }
         try storage.close()
         try storage.close()  // idempotent
@@ -457,6 +457,22 @@ struct SQLiteStorageTests {
         #expect(try storage.write { try $0.put(Record(key: "c"), in: "ks") } == 3)
         try storage.write { try $0.dropKeyspace("ks") }
         #expect(try storage.write { try $0.put(Record(key: "c"), in: "ks") } == 1)
+    }
+
+    @Test func purgeOfNewestRecordInAnotherStoreKeepsTheCounter() throws {
+        let dir = try TempDirectory()
+        let first = try backend.open(directory: dir.path, options: StorageOptions())
+        let second = try backend.open(directory: dir.path, options: StorageOptions())
+        defer { try? first.close(); try? second.close() }
+        try first.write { writer throws in
+            try writer.put(Record(key: "a"), in: "ks")
+            try writer.put(Record(key: "b"), in: "ks")
+            _ = try writer.delete("a", in: "ks")  // a -> 3, the newest
+        }
+        #expect(try second.write { try $0.purge("a", in: "ks") })
+        #expect(try first.read { try $0.lastSequence(in: "ks") } == 3)
+        #expect(try first.write { try $0.put(Record(key: "c"), in: "ks") } == 4)
+        #expect(try second.read { try $0.lastSequence(in: "ks") } == 4)
     }
 
     @Test func tombstones() throws {
@@ -576,8 +592,8 @@ struct SQLiteStorageTests {
                     return true
                 }
                 #expect(try writer.count(in: "docs", includeDeleted: true) == 5)
-                expectError(.invalidArgument) { try writer.dropKeyspace("docs") }
-                expectError(.invalidArgument) { try writer.dropKeyspace("other") }
+                expectError(.storage) { try writer.dropKeyspace("docs") }
+                expectError(.storage) { try writer.dropKeyspace("other") }
                 _ = outer
                 return true
             }
@@ -624,6 +640,35 @@ struct SQLiteStorageTests {
         }
     }
 
+    @Test func moreKeyspacesThanTheTableCacheHolds() throws {
+        let dir = try TempDirectory()
+        var storage = try backend.open(directory: dir.path, options: StorageOptions())
+        let names = (0..<(3 * SQLiteTransaction.maxCachedTables)).map { "ks-\($0)" }
+        try storage.write { writer throws in
+            for name in names {
+                try writer.put(Record(key: "a"), in: name)
+                try writer.put(Record(key: "b"), in: name)
+                #expect(try writer.purge("b", in: name))  // the counter (2) must be written at commit
+            }
+            for name in names { try writer.put(Record(key: "c", body: Array(name.utf8)), in: name) }  // -> 3
+            for name in names { #expect(try writer.purge("c", in: name)) }
+        }
+        try storage.close()
+        storage = try backend.open(directory: dir.path, options: StorageOptions())
+        defer { try? storage.close() }
+        try storage.read { reader throws in
+            #expect(try reader.keyspaces().count == names.count)
+            for name in names {
+                #expect(try reader.lastSequence(in: name) == 3)
+                #expect(try reader.get("a", in: name)?.sequence == 1)
+            }
+        }
+        try storage.write { writer throws in
+            for name in names.reversed() { #expect(try writer.put(Record(key: "d"), in: name) == 4) }
+        }
+        #expect(try backend.checkIntegrity(directory: dir.path) == [])
+    }
+
     @Test func concurrentReadersAndWriter() throws {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions(durable: false))
@@ -656,6 +701,36 @@ struct SQLiteStorageTests {
         }
         group.wait()
         #expect(try storage.read { try $0.lastSequence(in: "docs") } == 2_100)
+    }
+
+    // MARK: README
+
+    /// The example of Packages/SQLite/README.md, kept compiling and correct here.
+    @Test func readmeExample() throws {
+        var lines: [String] = []
+        func print(_ items: Any...) { lines.append(items.map { "\($0)" }.joined(separator: " ")) }
+        // --- README example ---
+        let backend = SQLiteStorageBackend()
+        let directory = NSTemporaryDirectory() + "peersync-sqlite-readme"
+        let store = try backend.open(directory: directory, options: StorageOptions(durable: true, busyTimeout: .seconds(5)))
+
+        try store.write { w in
+            try w.put(Record(key: "doc1", version: Array("1-a".utf8), body: Array(#"{"title":"milk"}"#.utf8)), in: "tasks")
+            try w.put(Record(key: "doc2", version: Array("1-b".utf8), body: Array(#"{"title":"eggs"}"#.utf8)), in: "tasks")
+            try w.delete("doc1", in: "tasks")                     // a tombstone at sequence 3
+        }
+        try store.read { r in
+            try r.enumerate(in: "tasks", since: 0) { record in    // the changes feed
+                print(record.sequence, record.key, "deleted=\(record.flags.contains(.deleted))")
+                return true
+            }
+        }
+        try store.close()
+        print("problems:", try backend.checkIntegrity(directory: directory))
+        try FileManager.default.removeItem(atPath: directory)
+        // --- end ---
+        #expect(lines == ["2 doc2 deleted=false", "3 doc1 deleted=true", "problems: []"])
+        #expect(!FileManager.default.fileExists(atPath: directory))
     }
 
     // MARK: Raw baseline
