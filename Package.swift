@@ -97,6 +97,12 @@ let package = Package(
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
                        pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         library("PeerSyncLMDB", folder: "LMDB", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"]),
+        // A second process for the multi-process tests, and a benchmark driver (`bench`).
+        .executableTarget(name: "PeerSyncLMDBTestHelper",
+                          dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore"],
+                          path: "Packages/LMDB/Tests/PeerSyncLMDBTestHelper", swiftSettings: swiftSettings),
+        tests("PeerSyncLMDBTests", folder: "LMDB",
+              dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper"]),
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
