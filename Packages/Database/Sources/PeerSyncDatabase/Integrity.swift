@@ -7,13 +7,16 @@ extension Database {
     /// document record decodes, its revision tree is consistent, its current revision and
     /// flags match the tree and the current body is a JSON object; sequences are unique and
     /// not above the keyspace's last sequence; every blob referenced by a kept revision body
-    /// is stored; the expiration index is consistent; plus the storage backend's own check
-    /// when it offers one (``StorageIntegrityChecking``).
+    /// is stored; the expiration index is consistent; plus the storage engine's own check
+    /// when it offers one (``StorageIntegrityChecking`` on the storage, else
+    /// ``StorageBackendIntegrityChecking`` on the backend), its lines prefixed `storage: `.
     public func checkIntegrity() async throws -> [String] {
         try await onQueue { storage in
             var problems = try storage.read { reader in try self.checkRecords(reader) }
             if let checking = storage as? any StorageIntegrityChecking {
                 problems += try checking.checkIntegrity().map { "storage: \($0)" }
+            } else if let checking = self.config.backend as? any StorageBackendIntegrityChecking {
+                problems += try checking.checkIntegrity(directory: self.path).map { "storage: \($0)" }
             }
             return problems
         }

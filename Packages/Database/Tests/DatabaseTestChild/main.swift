@@ -18,7 +18,7 @@ import Synchronization
 #if SQLite && canImport(PeerSyncSQLite)
 import PeerSyncSQLite
 #endif
-#if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+#if LMDB && canImport(PeerSyncLMDB)
 import PeerSyncLMDB
 #endif
 
@@ -29,7 +29,7 @@ enum Child {
         #if SQLite && canImport(PeerSyncSQLite)
         case "sqlite": return SQLiteStorageBackend()
         #endif
-        #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+        #if LMDB && canImport(PeerSyncLMDB)
         case "lmdb": return LMDBStorageBackend()
         #endif
         default: return nil

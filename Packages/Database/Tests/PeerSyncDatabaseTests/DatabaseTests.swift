@@ -533,3 +533,22 @@ import PeerSyncSQLite
     }
 }
 #endif
+
+/// A memory backend whose integrity check reports a fixed problem.
+private struct CheckingBackend: StorageBackend, StorageBackendIntegrityChecking {
+    let inner = MemoryStorageBackend()
+    var name: String { "checking" }
+    func open(directory: String, options: StorageOptions) throws -> any Storage { try inner.open(directory: directory, options: options) }
+    func hasStore(in directory: String) -> Bool { inner.hasStore(in: directory) }
+    func checkIntegrity(directory: String) throws -> [String] { ["page 7 is damaged in \(URL(fileURLWithPath: directory).lastPathComponent)"] }
+}
+
+@Suite struct BackendIntegrityTests {
+    @Test func backendCheckIsIncluded() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let db = try await Database(name: "chk", config: DatabaseConfiguration(directory: dir.path, backend: CheckingBackend()))
+        #expect(try await db.checkIntegrity() == ["storage: page 7 is damaged in chk.peersync"])
+        try await db.close()
+    }
+}

@@ -7,7 +7,7 @@ import Testing
 #if SQLite && canImport(PeerSyncSQLite)
 import PeerSyncSQLite
 #endif
-#if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+#if LMDB && canImport(PeerSyncLMDB)
 import PeerSyncLMDB
 #endif
 
@@ -20,7 +20,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
         #if SQLite && canImport(PeerSyncSQLite)
         out.append(.sqlite)
         #endif
-        #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+        #if LMDB && canImport(PeerSyncLMDB)
         out.append(.lmdb)
         #endif
         return out
@@ -39,7 +39,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
             return MemoryStorageBackend()
             #endif
         case .lmdb:
-            #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+            #if LMDB && canImport(PeerSyncLMDB)
             return LMDBStorageBackend()
             #else
             return MemoryStorageBackend()
