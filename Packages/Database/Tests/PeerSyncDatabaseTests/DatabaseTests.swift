@@ -281,6 +281,9 @@ import Testing
                 var doc = MutableDocument(id: id, data: ["id": .string(id)])
                 try await c.save(document: &doc)
             }
+            let purged = Collected<String>()
+            let token = c.addChangeListener { change in for id in change.documentIDs { purged.append(id) } }
+            defer { token.remove() }
             let later = Date().addingTimeInterval(3600)
             try await c.setDocumentExpiration(id: "soon", expiration: Date().addingTimeInterval(0.2))
             try await c.setDocumentExpiration(id: "later", expiration: later)
@@ -288,9 +291,6 @@ import Testing
             #expect(try await c.getDocumentExpiration(id: "never") == nil)
             await expectError(.notFound) { try await c.setDocumentExpiration(id: "missing", expiration: later) }
 
-            let purged = Collected<String>()
-            let token = c.addChangeListener { change in for id in change.documentIDs { purged.append(id) } }
-            defer { token.remove() }
             #expect(await purged.wait { $0.contains("soon") }, "expired document must be purged and notified")
             #expect(try await c.document(id: "soon") == nil)
             #expect(try await c.documentIncludingDeleted(id: "soon") == nil)

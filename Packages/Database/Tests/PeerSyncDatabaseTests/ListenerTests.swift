@@ -87,14 +87,15 @@ import Testing
     @Test func streamConsumerCancellationRemovesTheListener() async throws {
         try await withDatabase(.memory) { db, _ in
             let c = try db.defaultCollection()
-            let consumer = Task {
-                for await _ in c.changeStream() {}
-            }
-            try await Task.sleep(for: .milliseconds(20))
+            let stream = c.changeStream()
             #expect(db.notifier.listenerCount == 1)
+            let consumer = Task {
+                for await _ in stream {}
+            }
             consumer.cancel()
             await consumer.value
-            #expect(db.notifier.listenerCount == 0)
+            let removed = Collected<Int>()
+            #expect(await removed.wait { _ in db.notifier.listenerCount == 0 })
         }
     }
 
