@@ -108,8 +108,22 @@ let package = Package(
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
+        // Child process of the multi-process database tests; a dependency of the tests so that
+        // it is always built next to them.
+        .executableTarget(
+            name: "database-test-child",
+            dependencies: [
+                "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Packages/Database/Tests/DatabaseTestChild",
+            swiftSettings: swiftSettings
+        ),
         tests("PeerSyncDatabaseTests", folder: "Database",
-              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore"]),
+              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "database-test-child",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                             .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"]))]),
 
         // MARK: Transport
         library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
