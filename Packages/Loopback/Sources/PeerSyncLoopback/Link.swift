@@ -40,6 +40,8 @@ struct WireItem: Sendable {
         case fragment([UInt8], isText: Bool, last: Bool)
         /// The sender's close.
         case close(CloseInfo)
+        /// The simulated link breaks here: what is ahead of it on the wire still arrives.
+        case disconnect(String)
     }
     var payload: Payload
     /// When the item reaches the receiver.
@@ -49,7 +51,7 @@ struct WireItem: Sendable {
         switch payload {
         case .message(let message): message.byteCount
         case .fragment(let bytes, _, _): bytes.count
-        case .close: 0
+        case .close, .disconnect: 0
         }
     }
 }
@@ -288,8 +290,10 @@ final class Link: Sendable {
             if disconnect || conditions.dropAfterBytes.map({ carried > $0 }) == true {
                 trace?.record(.init(direction: pipe.direction, kind: .disconnect, index: index, bytes: bytes,
                                     endsMessage: last, transmission: transmission, delay: conditions.latency + jitter))
-                breakLink(disconnect ? "the simulated link dropped (disconnectProbability)"
-                                     : "the simulated link dropped after \(conditions.dropAfterBytes ?? 0) bytes")
+                let reason = disconnect ? "the simulated link dropped (disconnectProbability)"
+                                        : "the simulated link dropped after \(conditions.dropAfterBytes ?? 0) bytes"
+                // The break travels behind the fragments already on the wire, which still arrive.
+                try await pipe.wire.send(WireItem(payload: .disconnect(reason), arrival: max(lastArrival, clock.now)))
                 return false
             }
             let now = clock.now
@@ -365,6 +369,8 @@ final class Link: Sendable {
                     }
                 case .close(let info):
                     closeArrived(at: 1 - side, info)
+                case .disconnect(let reason):
+                    breakLink(reason)
                 }
             }
         } catch {

@@ -22,9 +22,12 @@ public struct LinkConditions: Sendable, Hashable {
     /// The largest fragment payload in bytes, or `nil` to send messages whole.
     public var mtu: Int?
     /// The link breaks (both sides see ``PeerSyncError/Code/connectionReset``) when either
-    /// direction has carried more than this many payload bytes. `nil`: never.
+    /// direction has carried more than this many payload bytes: the fragment that would cross
+    /// the limit is lost, what was ahead of it on the wire still arrives, then the link breaks.
+    /// `nil`: never.
     public var dropAfterBytes: Int?
-    /// The chance, per fragment, that the link breaks there. Default zero.
+    /// The chance, per fragment, that the link breaks there (as with ``dropAfterBytes``, the
+    /// fragment is lost and what is ahead of it arrives). Default zero.
     public var disconnectProbability: Double
     /// Seeds every random choice of the link. Each direction draws from its own sequence, and
     /// every connection made with these conditions replays the same sequences; vary the seed to

@@ -380,7 +380,7 @@ public struct TransportConformanceSuite: Sendable {
                     { try await self.send(sender, message, what) },
                     {
                         let received = try await self.receive(receiver, what)
-                        guard received == message else {
+                        guard Payload.same(received, message) else {
                             throw CheckFailure("\(what) arrived as \(received), with different content")
                         }
                     },
