@@ -459,6 +459,11 @@ final class SSLConnection: Sendable {
             if last.reason > offset, last.reason < offset + 256 {
                 let alert = last.reason - offset
                 context["alert"] = "\(alert)"
+                if alert == 40, role == .client, session.certificateRequestedButMissing {
+                    return PeerSyncError(.certificateRejected,
+                                         "the server requires a client certificate and none is configured (TLS alert handshake_failure)",
+                                         context: context)
+                }
                 if TLSAlert.certificateAlerts.contains(alert) {
                     return PeerSyncError(.certificateRejected,
                                          "the peer rejected our certificate (TLS alert \(TLSAlert.name(alert)))",
@@ -535,6 +540,9 @@ private final class SSLContext {
         case .client:
             SSL_CTX_set_verify(pointer, SSL_VERIFY_PEER, nil)
             SSL_CTX_set_cert_verify_callback(pointer, certificateVerifyCallback, nil)
+            if configuration.identity == nil {
+                SSL_CTX_set_client_cert_cb(pointer, clientCertificateRequestedCallback)
+            }
         case .server:
             if configuration.clientCertificateValidation != nil {
                 SSL_CTX_set_verify(pointer, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nil)
