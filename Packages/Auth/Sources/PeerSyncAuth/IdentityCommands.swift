@@ -143,13 +143,13 @@ public enum IdentityCommand {
         let p12 = o.values["--p12"]
         guard pem != (p12 != nil) else { throw UsageError("export needs exactly one of --pem or --p12 FILE") }
         if pem, o.values["--password"] != nil { throw UsageError("--password applies to --p12 only") }
+        let password = p12 == nil ? nil : try o.required("--password")
         guard let identity = try o.keyStore.identity(withLabel: label) else {
             throw PeerSyncError(.notFound, "no identity with this label", context: ["label": label])
         }
         if pem {
             output(identity.certificatesPEM())
-        } else if let file = p12 {
-            let password = try o.required("--password")
+        } else if let file = p12, let password {
             let bytes = try identity.exportPKCS12(password: password, friendlyName: label)
             try FileIO.writeAtomically(bytes, to: file)
             output("exported \(label) to \(file)\n")

@@ -62,7 +62,34 @@ public final class TLSStream: ByteStream {
         try configuration.validate()
         let connection = try SSLConnection(configuration: configuration)
         let timedOut = Flag()
-        let outcome: Result<TLSStream, PeerSyncError> = await withTaskGroup(of: Result<TLSStream, PeerSyncError>?.self) { group in
+        let outcome: Result<TLSStream, PeerSyncError> = await withTaskCancellationHandler {
+            await race(connection: connection, stream: stream, configuration: configuration, timedOut: timedOut)
+        } onCancel: {
+            // Ends a read or write of the underlying stream that ignores cancellation.
+            Task { await stream.close() }
+        }
+        switch outcome {
+        case .success(let tls):
+            if Task.isCancelled {
+                await tls.close()
+                throw PeerSyncError(.cancelled, "the TLS handshake was cancelled")
+            }
+            return tls
+        case .failure(let error):
+            await stream.close()
+            if timedOut.isSet {
+                throw PeerSyncError(.timeout, "the TLS handshake did not finish in time",
+                                    context: ["timeout": "\(configuration.handshakeTimeout ?? .zero)"])
+            }
+            if Task.isCancelled { throw PeerSyncError(.cancelled, "the TLS handshake was cancelled") }
+            throw error
+        }
+    }
+
+    /// The handshake raced against the configured timeout.
+    private static func race(connection: SSLConnection, stream: any ByteStream, configuration: TLSConfiguration,
+                             timedOut: Flag) async -> Result<TLSStream, PeerSyncError> {
+        await withTaskGroup(of: Result<TLSStream, PeerSyncError>?.self) { group in
             group.addTask {
                 do throws(PeerSyncError) {
                     return .success(try await run(connection: connection, over: stream, configuration: configuration))
@@ -87,17 +114,6 @@ public final class TLSStream: ByteStream {
                 }
             }
             return result ?? .failure(PeerSyncError(.internalError, "TLS handshake task ended without a result"))
-        }
-        switch outcome {
-        case .success(let tls):
-            return tls
-        case .failure(let error):
-            await stream.close()
-            if timedOut.isSet {
-                throw PeerSyncError(.timeout, "the TLS handshake did not finish in time",
-                                    context: ["timeout": "\(configuration.handshakeTimeout ?? .zero)"])
-            }
-            throw error
         }
     }
 
@@ -149,7 +165,11 @@ public final class TLSStream: ByteStream {
         guard maxBytes > 0 else { throw PeerSyncError(.invalidArgument, "maxBytes must be positive") }
         while true {
             let (data, step) = connection.readStep(maxBytes: maxBytes)
-            if connection.hasOutbound { try? await flush() }  // e.g. a KeyUpdate reply; a write failure surfaces on write
+            if connection.hasOutbound {
+                // E.g. a KeyUpdate reply. Sent from its own task so this read never waits
+                // behind a writer stalled by backpressure; a failure surfaces on the next write.
+                Task { try? await self.flush() }
+            }
             if let data { return data }
             switch step {
             case .done, .wantWrite:

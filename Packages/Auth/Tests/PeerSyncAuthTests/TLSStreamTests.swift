@@ -221,6 +221,19 @@ import Testing
         #expect(bytes.first == 0x16)
     }
 
+    @Test func cancellingTheHandshakeClosesTheStream() async throws {
+        let pair = ByteStreamPair()
+        var config = Self.clientConfig
+        config.handshakeTimeout = nil
+        let task = Task { await capture { () async throws(PeerSyncError) in
+            try await TLSStream.handshake(over: pair.a, configuration: config)
+        } }
+        _ = try await pair.b.read(maxBytes: 100_000)   // the ClientHello arrived; the peer stays silent
+        task.cancel()
+        #expect(await task.value.error?.code == .cancelled)
+        #expect(try await pair.b.read(maxBytes: 10) == nil, "the transport was closed")
+    }
+
     @Test func invalidConfigurations() async throws {
         let pair = ByteStreamPair()
         let noIdentity = TLSConfiguration(role: .server)
