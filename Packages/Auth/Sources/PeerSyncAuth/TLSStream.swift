@@ -1,6 +1,5 @@
 internal import COpenSSL
 import PeerSyncCore
-import Synchronization
 
 /// TLS over any ``ByteStream`` (TCP, BLE L2CAP, an in-memory pipe), with OpenSSL 3.
 ///
@@ -273,7 +272,7 @@ final class SSLConnection: Sendable {
     }
 
     /// Protects the `SSL*` and its BIOs (the lock the C handle lives under).
-    private let state: Mutex<State>
+    private let state: Locked<State>
     let session: TrustSession
     private let role: TLSConfiguration.Role
 
@@ -298,7 +297,7 @@ final class SSLConnection: Sendable {
             throw OpenSSL.failure(.cryptoFailure, "BIO_new")
         }
         SSL_set_bio(ssl, input, output)
-        state = Mutex(State(ssl: ssl, networkIn: input, networkOut: output))
+        state = Locked(State(ssl: ssl, networkIn: input, networkOut: output))
         // The session outlives every callback: `self` holds it and frees `ssl` in deinit.
         let sessionPointer = Unmanaged.passUnretained(session).toOpaque()
         try state.withLock { (s: inout State) throws(PeerSyncError) in
@@ -578,7 +577,7 @@ private final class SSLContext {
 
 /// A boolean that is set once, from any task.
 final class Flag: Sendable {
-    private let value = Mutex(false)
+    private let value = Locked(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
 }
@@ -586,7 +585,7 @@ final class Flag: Sendable {
 /// A FIFO async mutual-exclusion gate (not reentrant): keeps ciphertext writes in order
 /// without holding a lock across `await`.
 final class AsyncGate: Sendable {
-    private let state = Mutex<(locked: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = Locked<(locked: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func acquire() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

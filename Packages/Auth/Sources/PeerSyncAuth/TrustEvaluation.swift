@@ -1,7 +1,6 @@
 internal import COpenSSL
 import Foundation
 import PeerSyncCore
-import Synchronization
 
 /// What to check about a peer's chain.
 enum TrustMode: Sendable {
@@ -173,8 +172,8 @@ private final class TrustStore {
 /// mode going in, the peer's chain and our verdict coming out.
 final class TrustSession: Sendable {
     let mode: TrustMode
-    private let record = Mutex<(chain: [Certificate], failure: PeerSyncError?)>(([], nil))
-    private let requested = Mutex(false)
+    private let record = Locked<(chain: [Certificate], failure: PeerSyncError?)>(([], nil))
+    private let requested = Locked(false)
 
     init(mode: TrustMode) { self.mode = mode }
 

@@ -1,7 +1,6 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
-import Synchronization
 import Testing
 
 @Suite(.timeLimit(.minutes(1))) struct IdentityCommandTests {

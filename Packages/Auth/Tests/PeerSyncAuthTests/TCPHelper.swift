@@ -27,7 +27,8 @@ final class BlockingTCPStream: ByteStream, @unchecked Sendable {
     deinit { Glibc.close(fd) }
 
     static func connect(port: UInt16) async throws -> BlockingTCPStream {
-        try await withCheckedThrowingContinuation { continuation in
+        // Only the descriptor crosses threads; the object is built on the calling task.
+        let fd: Int32 = try await withCheckedThrowingContinuation { continuation in
             DispatchQueue(label: "test.tcp.connect").async {
                 let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
                 guard fd >= 0 else { return continuation.resume(throwing: PeerSyncError(.io, "socket failed")) }
@@ -41,9 +42,10 @@ final class BlockingTCPStream: ByteStream, @unchecked Sendable {
                     Glibc.close(fd)
                     return continuation.resume(throwing: PeerSyncError(.io, "connect failed: errno \(errno)"))
                 }
-                continuation.resume(returning: BlockingTCPStream(fd: fd, remote: "127.0.0.1:\(port)"))
+                continuation.resume(returning: fd)
             }
         }
+        return BlockingTCPStream(fd: fd, remote: "127.0.0.1:\(port)")
     }
 
     private var isClosed: Bool { lock.withLock { closed } }
@@ -120,13 +122,15 @@ final class BlockingTCPListener: @unchecked Sendable {
     deinit { Glibc.close(fd) }
 
     func accept() async throws -> BlockingTCPStream {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue(label: "test.tcp.accept").async { [self] in
-                let client = Glibc.accept(fd, nil, nil)
+        let listening = fd
+        let client: Int32 = try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue(label: "test.tcp.accept").async {
+                let client = Glibc.accept(listening, nil, nil)
                 if client < 0 { return continuation.resume(throwing: PeerSyncError(.io, "accept failed: errno \(errno)")) }
-                continuation.resume(returning: BlockingTCPStream(fd: client, remote: "127.0.0.1"))
+                continuation.resume(returning: client)
             }
         }
+        return BlockingTCPStream(fd: client, remote: "127.0.0.1")
     }
 
     /// Wakes a pending accept (it fails).

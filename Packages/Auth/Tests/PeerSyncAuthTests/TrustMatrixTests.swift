@@ -1,7 +1,6 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
-import Synchronization
 import Testing
 
 /// Server trust on the client: every certificate case under every policy, over real
@@ -162,7 +161,7 @@ import Testing
     ]
 
     final class Seen: Sendable {
-        let chains = Mutex<[[Certificate]]>([])
+        let chains = TestLocked<[[Certificate]]>([])
     }
 
     @Test(arguments: cases, [TLSVersion.v1_3, .v1_2])
