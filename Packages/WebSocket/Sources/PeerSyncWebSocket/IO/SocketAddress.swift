@@ -5,6 +5,7 @@ import Musl
 #endif
 import Dispatch
 import PeerSyncCore
+import PeerSyncTransport
 
 /// An IPv4 or IPv6 socket address (internal: public APIs use host strings and ports).
 struct SocketAddress: Sendable, CustomStringConvertible {

@@ -4,19 +4,15 @@ import Glibc
 import Musl
 #endif
 import PeerSyncCore
+import PeerSyncTransport
 
 extension PeerSyncError.Code {
-    /// Nothing listens at the address (`ECONNREFUSED`).
-    public static let connectionRefused = Self(rawValue: "connectionRefused")
-    /// The peer reset the connection or it broke (`ECONNRESET`, `EPIPE`, ...).
-    public static let connectionReset = Self(rawValue: "connectionReset")
-    /// The local address is already taken (`EADDRINUSE`) or not available (`EADDRNOTAVAIL`).
-    public static let addressInUse = Self(rawValue: "addressInUse")
-    /// A host name could not be resolved, or an interface does not exist or has no address.
-    public static let hostNotFound = Self(rawValue: "hostNotFound")
     /// The network or host cannot be reached (`ENETUNREACH`, `EHOSTUNREACH`).
     public static let networkUnreachable = Self(rawValue: "networkUnreachable")
 }
+
+// `.connectionRefused`, `.connectionReset`, `.addressInUse` and `.hostNotFound` are the
+// transport layer's codes (PeerSyncTransport).
 
 /// The one place where an `errno` becomes a ``PeerSyncError``.
 func systemError(_ operation: String, errno code: Int32) -> PeerSyncError {

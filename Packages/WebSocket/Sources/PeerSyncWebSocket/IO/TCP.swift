@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import PeerSyncCore
+import PeerSyncTransport
 
 /// A connected TCP socket as a ``ByteStream``: non-blocking, driven by the process's epoll
 /// reactor (one thread for all sockets), with `TCP_NODELAY` set.
