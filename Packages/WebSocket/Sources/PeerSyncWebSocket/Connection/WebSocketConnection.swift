@@ -102,6 +102,11 @@ public final class WebSocketConnection: MessageConnection {
     /// Sends a ping now (ahead of queued data). Returns false if the connection is closing.
     @discardableResult
     public func ping(_ payload: [UInt8] = []) -> Bool { engine.ping(payload) }
+
+    /// Drops the link at once, without a close handshake (the peer sees the TCP connection
+    /// end; ``closeInfo`` becomes ``CloseCode/abnormalClosure``). For emergencies and tests;
+    /// prefer ``close(code:reason:)``.
+    public func abort() async { await engine.abort() }
 }
 
 /// The protocol machinery behind a ``WebSocketConnection``, owned by its tasks (so the public
@@ -153,6 +158,10 @@ final class WebSocketEngine: Sendable {
     }
 
     var closeInfo: CloseInfo? { state.withLock { $0.closeInfo } }
+
+    func abort() async {
+        await finish(abnormal: PeerSyncError(.connectionReset, "the WebSocket connection was aborted"))
+    }
 
     // MARK: Sending
 
