@@ -143,8 +143,11 @@ let package = Package(
         tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
 
         // MARK: WebSocket
+        // CEpoll: <sys/epoll.h> and <sys/eventfd.h>, which Swift's Glibc module does not export.
+        .systemLibrary(name: "CEpoll", path: "Packages/WebSocket/Sources/CEpoll"),
         library("PeerSyncWebSocket", folder: "WebSocket",
-                dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+                dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",
+                               .target(name: "CEpoll", condition: .when(platforms: [.linux]))]),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
                              "PeerSyncAuth", "PeerSyncCore"]),

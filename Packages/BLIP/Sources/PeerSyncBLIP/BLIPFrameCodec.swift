@@ -1,4 +1,6 @@
+#if canImport(PeerSyncCore)
 import PeerSyncCore
+#endif
 
 /// Limits and tuning of the BLIP framing (defaults are LiteCore's).
 public struct BLIPTuning: Sendable, Hashable {

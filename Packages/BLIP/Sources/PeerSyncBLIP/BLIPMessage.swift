@@ -1,4 +1,6 @@
+#if canImport(PeerSyncCore)
 import PeerSyncCore
+#endif
 
 /// The 3-bit type field of a BLIP frame.
 public enum BLIPMessageType: UInt8, Sendable {

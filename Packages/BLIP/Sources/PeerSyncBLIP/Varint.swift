@@ -39,4 +39,6 @@ enum Varint {
     }
 }
 
+#if canImport(PeerSyncCore)
 import PeerSyncCore
+#endif

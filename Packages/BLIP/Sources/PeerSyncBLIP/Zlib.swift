@@ -1,5 +1,7 @@
 internal import CZlib
+#if canImport(PeerSyncCore)
 import PeerSyncCore
+#endif
 
 extension PeerSyncError.Code {
     /// A BLIP peer broke the framing protocol (bad varint, CRC mismatch, out-of-order request,

@@ -1,6 +1,5 @@
 // libFuzzer target: the BLIP frame decoder (varints, flags, CRC, inflate, reassembly).
-// fuzz-sources: Packages/BLIP/Sources/PeerSyncBLIP/Varint.swift Packages/BLIP/Sources/PeerSyncBLIP/BLIPMessage.swift Packages/BLIP/Sources/PeerSyncBLIP/BLIPFrameCodec.swift Packages/BLIP/Sources/PeerSyncBLIP/Zlib.swift
-// fuzz-flags: -I Packages/BLIP/Sources/CZlib -lz
+// Compiled by Tools/fuzz/run together with the BLIP codec sources it lists.
 //
 // Input: a sequence of frames, each prefixed by its length as a little-endian UInt16, all fed
 // to one decoder (so CRC and deflate state carry over, as on a real connection).
