@@ -71,6 +71,7 @@ let package = Package(
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
+        .executable(name: "example-tasklist", targets: ["example-tasklist"]),
     ],
     traits: [
         .default(enabledTraits: ["SQLite"]),
@@ -171,8 +172,20 @@ let package = Package(
         ),
         .executableTarget(
             name: "peersync",
-            dependencies: ["PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase"],
+            dependencies: [
+                "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
             path: "Tools/peersync",
+            swiftSettings: swiftSettings
+        ),
+
+        // MARK: Examples
+        .executableTarget(
+            name: "example-tasklist",
+            dependencies: ["PeerSync"],
+            path: "Examples/TaskList",
             swiftSettings: swiftSettings
         ),
 
