@@ -35,6 +35,11 @@ struct BenchResult {
     }
 }
 
+func pad(_ text: String, _ width: Int, right: Bool = false) -> String {
+    let fill = String(repeating: " ", count: max(0, width - text.count))
+    return right ? fill + text + " " : text + fill + " "
+}
+
 func measure(_ body: () async throws -> Void) async rethrows -> Double {
     let clock = ContinuousClock()
     let elapsed = try await clock.measure { try await body() }
@@ -66,8 +71,8 @@ enum StorageBenchmark {
         let workload = Workload(count: docs)
         if !json {
             print("storage benchmark: \(docs) documents of ~\(workload.averageBodySize) bytes, \(saves) durable saves, \(reads) random reads")
-            print(String(format: "%-14@ %-8@ %14@ %14@ %9@", "benchmark" as NSString, "backend" as NSString,
-                         "ours docs/s" as NSString, "raw docs/s" as NSString, "slowdown" as NSString))
+            print(pad("benchmark", 14) + pad("backend", 8) + pad("ours docs/s", 14, right: true)
+                  + pad("raw docs/s", 14, right: true) + pad("slowdown", 10, right: true))
         }
         for backend in backends {
             let results = try await benchmark(backend: backend, workload: workload, saves: saves, reads: reads)
@@ -75,8 +80,9 @@ enum StorageBenchmark {
                 if json {
                     print(r.json)
                 } else {
-                    print(String(format: "%-14@ %-8@ %14.0f %14.0f %8.2fx", r.benchmark as NSString, r.backend as NSString,
-                                 r.ours, r.baseline, r.slowdown))
+                    print(pad(r.benchmark, 14) + pad(r.backend, 8) + pad(String(Int(r.ours.rounded())), 14, right: true)
+                          + pad(String(Int(r.baseline.rounded())), 14, right: true)
+                          + pad(String(format: "%.2fx", r.slowdown), 10, right: true))
                 }
             }
         }
@@ -96,8 +102,8 @@ enum StorageBenchmark {
             for i in 0..<count {
                 let id = String(format: "doc-%08d", i)
                 var text = ""
-                var k = i
-                while text.utf8.count < 760 { text += words[k % words.count] + " "; k = k &* 31 &+ 7 }
+                var k = UInt(i)
+                while text.utf8.count < 760 { text += words[Int(k % UInt(words.count))] + " "; k = k &* 31 &+ 7 }
                 let body: [String: JSONValue] = [
                     "index": .int(Int64(i)), "name": .string("Document number \(i)"),
                     "tags": .array([.string(words[i % 10]), .string(words[(i / 10) % 10])]),

@@ -151,6 +151,17 @@ extension JSONValue {
     }
 
     static func writeString(_ s: String, to out: inout [UInt8]) {
+        // Fast path: nothing to escape (the common case) is one bulk copy.
+        var s = s
+        let plain = s.withUTF8 { bytes in
+            !bytes.contains { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }
+        }
+        if plain {
+            out.append(UInt8(ascii: "\""))
+            s.withUTF8 { out.append(contentsOf: $0) }
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         out.append(UInt8(ascii: "\""))
         let hex: [UInt8] = Array("0123456789abcdef".utf8)
         for byte in s.utf8 {

@@ -10,6 +10,10 @@ public struct SHA1: Sendable {
 
     /// Feeds more bytes.
     public mutating func update(_ bytes: some Sequence<UInt8>) {
+        let done: Void? = bytes.withContiguousStorageIfAvailable { buffer in
+            update(buffer: UnsafeRawBufferPointer(buffer))
+        }
+        if done != nil { return }
         for byte in bytes {
             length &+= 1
             pending.append(byte)
