@@ -90,6 +90,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Packages/SQLite/Sources/CSQLite",
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
+        tests("PeerSyncSQLiteTests", folder: "SQLite",
+              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore"]),
 
         // MARK: LMDB
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
@@ -148,10 +150,22 @@ let package = Package(
         ),
 
         // MARK: Cross-package tests
+        // The child process of the multi-process storage conformance cases (picks a backend
+        // by name); a dependency of StorageConformanceTests so that it is always built.
+        .executableTarget(
+            name: "storage-conformance-child",
+            dependencies: [
+                "PeerSyncStorage", "PeerSyncStorageTesting",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Tests/StorageConformanceChild",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "StorageConformanceTests",
             dependencies: [
-                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore",
+                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore", "storage-conformance-child",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],
