@@ -117,15 +117,15 @@ final class LMDBEnvironment: @unchecked Sendable {
         try check(mdb_env_set_maxdbs(env, 4), "mdb_env_set_maxdbs", ctx)
         try check(mdb_env_set_maxreaders(env, 254), "mdb_env_set_maxreaders", ctx)
         let osPage = Int(sysconf(Int32(_SC_PAGESIZE)))
-        var mapSize = options.initialSize > 0 ? options.initialSize : Layout.defaultMapSize
+        var mapSize = options.initialSize > 0 ? min(options.initialSize, Layout.maximumMapSize) : Layout.defaultMapSize
         mapSize = max(mapSize, Layout.minimumMapSize)
         if let existing {
             // Adopt the size another process already grew the map to (if sane), and never
             // map less than the file uses.
             let recorded = Int(clamping: min(existing.mapSize, UInt64(Layout.maximumMapSize)))
-            mapSize = max(mapSize, recorded, Int(clamping: existing.usedBytes))
+            mapSize = max(mapSize, recorded, Int(clamping: min(existing.usedBytes, UInt64(Int.max / 2))))
         }
-        mapSize = min(Self.roundUp(mapSize, to: osPage), Layout.maximumMapSize)
+        mapSize = Self.roundUp(mapSize, to: osPage)
         try check(mdb_env_set_mapsize(env, mapSize), "mdb_env_set_mapsize", ctx)
         var flags = UInt32(MDB_NOTLS)
         if !options.durable { flags |= UInt32(MDB_NOSYNC) }
@@ -279,7 +279,7 @@ final class LMDBEnvironment: @unchecked Sendable {
             if !grewAhead {
                 var info = MDB_envinfo()
                 mdb_env_info(env, &info)
-                let used = (info.me_last_pgno + 1) * pageSize
+                let used = (info.me_last_pgno &+ 1) &* pageSize
                 if used > info.me_mapsize / 2 {
                     // Grow ahead only if no reader of this process is in the way right now:
                     // the transaction may well fit, and `MDB_MAP_FULL` is handled anyway.
@@ -372,7 +372,7 @@ final class LMDBEnvironment: @unchecked Sendable {
         var target = overflow ? Layout.maximumMapSize : doubled
         let (withPending, overflow2) = current.addingReportingOverflow(pendingBytes.multipliedReportingOverflow(by: 2).partialValue)
         if !overflow2 { target = max(target, withPending) }
-        target = min(Self.roundUp(target, to: 1 << 20), Layout.maximumMapSize)
+        target = min(Self.roundUp(min(target, Layout.maximumMapSize), to: 1 << 20), Layout.maximumMapSize)
         log.verbose("LMDB: growing the map of \(directory) from \(current) to \(target) bytes")
         try setMapSizeLocked(env, target)
     }

@@ -632,8 +632,12 @@ final class LMDBTransaction: StorageWriter {
                     cursor = try Cursor(txn: try currentTxn(), token: token, dbi: env.sequences, directory: env.directory)
                 }
                 guard let c = cursor else { throw noTransaction() }
-                key = seekBuffer.write(prefix: ks.id, sequence: overlay.after + 1)
-                rc = c.get(&key, &data, MDB_SET_RANGE)
+                if overlay.after == UInt64.max {
+                    rc = MDB_NOTFOUND
+                } else {
+                    key = seekBuffer.write(prefix: ks.id, sequence: overlay.after + 1)
+                    rc = c.get(&key, &data, MDB_SET_RANGE)
+                }
                 cursorGeneration = generation
                 cursorMutations = mutations
             }
@@ -1037,9 +1041,9 @@ final class LMDBTransaction: StorageWriter {
         for overlay in sequenced {
             let cursor = try Cursor(txn: txn, token: token, dbi: env.sequences, directory: env.directory)
             defer { cursor.close() }
-            var key = seekBuffer.write(prefix: ks.id, sequence: overlay.after + 1)
+            var key = seekBuffer.write(prefix: ks.id, sequence: overlay.after &+ 1)
             var data = MDB_val()
-            var rc = cursor.get(&key, &data, MDB_SET_RANGE)
+            var rc = overlay.after == UInt64.max ? MDB_NOTFOUND : cursor.get(&key, &data, MDB_SET_RANGE)
             while rc == MDB_SUCCESS, let s = sequenceKey(key, id: ks.id), s <= overlay.limit {
                 let value = data
                 try overlay.capture(s) { () throws(PeerSyncError) in try fetchIndexed(ks.id, sequence: s, keyBytes: value) }
