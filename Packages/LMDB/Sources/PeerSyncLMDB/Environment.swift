@@ -389,6 +389,10 @@ final class LMDBEnvironment: @unchecked Sendable {
     // MARK: Durability
 
     /// Makes the next commit durable or not. The caller holds ``writerLock``.
+    ///
+    /// LMDB 0.9 has no per-transaction `MDB_NOSYNC`, so handles of one process that disagree
+    /// on ``StorageOptions/durable`` toggle the environment flag before their commits (only
+    /// commits read it). Handles that agree, the usual case, never call into LMDB here.
     func setDurable(_ durable: Bool) throws(PeerSyncError) {
         guard noSync == durable, let env = handle.pointer else { return }
         try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC), durable ? 0 : 1), "mdb_env_set_flags",

@@ -105,6 +105,22 @@ import PeerSyncStorage
         }
     }
 
+    @Test func extremeInitialSizesAreClamped() throws {
+        try withTemporaryDirectory { dir in
+            let huge = try openStore(dir + "/huge", initialSize: Int.max)
+            #expect(try mapSize(huge) == Layout.maximumMapSize)
+            _ = try huge.write { w in try w.put(Record(key: "a"), in: "ks") }
+            try huge.close()
+            let tiny = try openStore(dir + "/tiny", initialSize: 1)
+            #expect(try mapSize(tiny) == Layout.minimumMapSize)
+            try tiny.close()
+            let negative = try openStore(dir + "/negative", initialSize: -5, busyTimeout: .seconds(-1))
+            #expect(try mapSize(negative) == Layout.defaultMapSize)
+            _ = try negative.write { w in try w.put(Record(key: "a"), in: "ks") }
+            try negative.close()
+        }
+    }
+
     @Test func manySmallTransactionsGrowTheMap() throws {
         try withTemporaryDirectory { dir in
             let storage = try openStore(dir, initialSize: 1 << 20, durable: false)
