@@ -5,7 +5,7 @@ import Testing
 #if SQLite && canImport(PeerSyncSQLite)
 import PeerSyncSQLite
 #endif
-#if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+#if LMDB && canImport(PeerSyncLMDB)
 import PeerSyncLMDB
 #endif
 
@@ -23,7 +23,7 @@ enum ConformanceBackends {
         #if SQLite && canImport(PeerSyncSQLite)
         names.append("sqlite")
         #endif
-        #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+        #if LMDB && canImport(PeerSyncLMDB)
         names.append("lmdb")
         #endif
         return names
@@ -40,7 +40,7 @@ enum ConformanceBackends {
             return StorageConformanceSuite(backend: SQLiteStorageBackend(), capabilities: .init(multiProcess: true),
                                            childLauncher: childLauncher(backend: name))
         #endif
-        #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+        #if LMDB && canImport(PeerSyncLMDB)
         case "lmdb":
             return StorageConformanceSuite(backend: LMDBStorageBackend(), capabilities: .init(multiProcess: true),
                                            childLauncher: childLauncher(backend: name))

@@ -160,8 +160,9 @@ enum DataFileCheck {
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0
         while done < count {
-            let n = bytes.withUnsafeMutableBytes { buf in
-                pread(fd, buf.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+            let n = bytes.withUnsafeMutableBytes { buf -> Int in
+                guard let base = buf.baseAddress else { return 0 }
+                return pread(fd, base + done, count - done, off_t(offset) + off_t(done))
             }
             if n < 0 {
                 if errno == EINTR { continue }

@@ -117,21 +117,25 @@ final class LMDBEnvironment: @unchecked Sendable {
         try check(mdb_env_set_maxdbs(env, 4), "mdb_env_set_maxdbs", ctx)
         try check(mdb_env_set_maxreaders(env, 254), "mdb_env_set_maxreaders", ctx)
         let osPage = Int(sysconf(Int32(_SC_PAGESIZE)))
-        var mapSize = options.initialSize > 0 ? options.initialSize : Layout.defaultMapSize
+        var mapSize = options.initialSize > 0 ? min(options.initialSize, Layout.maximumMapSize) : Layout.defaultMapSize
         mapSize = max(mapSize, Layout.minimumMapSize)
         if let existing {
             // Adopt the size another process already grew the map to (if sane), and never
             // map less than the file uses.
             let recorded = Int(clamping: min(existing.mapSize, UInt64(Layout.maximumMapSize)))
-            mapSize = max(mapSize, recorded, Int(clamping: existing.usedBytes))
+            mapSize = max(mapSize, recorded, Int(clamping: min(existing.usedBytes, UInt64(Int.max / 2))))
         }
-        mapSize = min(Self.roundUp(mapSize, to: osPage), Layout.maximumMapSize)
+        mapSize = Self.roundUp(mapSize, to: osPage)
         try check(mdb_env_set_mapsize(env, mapSize), "mdb_env_set_mapsize", ctx)
         var flags = UInt32(MDB_NOTLS)
         if !options.durable { flags |= UInt32(MDB_NOSYNC) }
         try check(mdb_env_open(env, directory, flags, 0o644), "mdb_env_open", ctx)
         var dead: Int32 = 0
         try check(mdb_reader_check(env, &dead), "mdb_reader_check", ctx)
+        guard mdb_env_get_maxkeysize(env) >= Int32(Layout.maxLMDBKeySize) else {
+            throw PeerSyncError(.storage, "this liblmdb was built with keys shorter than \(Layout.maxLMDBKeySize) bytes",
+                                context: ctx)
+        }
 
         var stat = MDB_stat()
         try check(mdb_env_stat(env, &stat), "mdb_env_stat", ctx)
@@ -247,8 +251,8 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     // MARK: Transactions
 
-    /// Begins a read-only transaction. On success the gate is held shared: pair with
-    /// ``endRead(_:)``. Adopts a map grown by another process (`MDB_MAP_RESIZED`).
+    /// Begins a read-only transaction. On success the gate is held shared (the transaction
+    /// releases it when it ends). Adopts a map grown by another process (`MDB_MAP_RESIZED`).
     func beginRead(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
         for _ in 0..<100 {
             let env = try lockSharedUsable(deadline)
@@ -265,14 +269,9 @@ final class LMDBEnvironment: @unchecked Sendable {
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
     }
 
-    func endRead(_ txn: OpaquePointer) {
-        mdb_txn_abort(txn)
-        gate.unlockShared()
-    }
-
     /// Begins the write transaction. The caller holds ``writerLock`` and ``fileLock``; on
-    /// success the gate is held shared (released by ``endWrite(_:commit:)``). Grows the map
-    /// first when it is more than 3/4 used, so that most transactions never hit `MDB_MAP_FULL`.
+    /// success the gate is held shared (the transaction releases it). Grows the map first when
+    /// it is more than half used, so that most transactions never hit `MDB_MAP_FULL`.
     func beginWrite(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
         var grewAhead = false
         for _ in 0..<100 {
@@ -280,8 +279,8 @@ final class LMDBEnvironment: @unchecked Sendable {
             if !grewAhead {
                 var info = MDB_envinfo()
                 mdb_env_info(env, &info)
-                let used = (info.me_last_pgno + 1) * pageSize
-                if used > info.me_mapsize / 4 * 3 {
+                let used = (info.me_last_pgno &+ 1) &* pageSize
+                if used > info.me_mapsize / 2 {
                     // Grow ahead only if no reader of this process is in the way right now:
                     // the transaction may well fit, and `MDB_MAP_FULL` is handled anyway.
                     gate.unlockShared()
@@ -305,16 +304,6 @@ final class LMDBEnvironment: @unchecked Sendable {
             try check(rc, "mdb_txn_begin (write)", ["directory": directory])
         }
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
-    }
-
-    /// Commits (or aborts) the write transaction and releases the gate. The transaction handle
-    /// is invalid afterwards either way. Returns LMDB's code (`MDB_MAP_FULL` is the caller's).
-    @discardableResult
-    func endWrite(_ txn: OpaquePointer, commit: Bool) -> Int32 {
-        defer { gate.unlockShared() }
-        if commit { return mdb_txn_commit(txn) }
-        mdb_txn_abort(txn)
-        return MDB_SUCCESS
     }
 
     /// Takes the gate shared and returns the environment if it is open and usable.
@@ -383,7 +372,7 @@ final class LMDBEnvironment: @unchecked Sendable {
         var target = overflow ? Layout.maximumMapSize : doubled
         let (withPending, overflow2) = current.addingReportingOverflow(pendingBytes.multipliedReportingOverflow(by: 2).partialValue)
         if !overflow2 { target = max(target, withPending) }
-        target = min(Self.roundUp(target, to: 1 << 20), Layout.maximumMapSize)
+        target = min(Self.roundUp(min(target, Layout.maximumMapSize), to: 1 << 20), Layout.maximumMapSize)
         log.verbose("LMDB: growing the map of \(directory) from \(current) to \(target) bytes")
         try setMapSizeLocked(env, target)
     }
@@ -400,6 +389,10 @@ final class LMDBEnvironment: @unchecked Sendable {
     // MARK: Durability
 
     /// Makes the next commit durable or not. The caller holds ``writerLock``.
+    ///
+    /// LMDB 0.9 has no per-transaction `MDB_NOSYNC`, so handles of one process that disagree
+    /// on ``StorageOptions/durable`` toggle the environment flag before their commits (only
+    /// commits read it). Handles that agree, the usual case, never call into LMDB here.
     func setDurable(_ durable: Bool) throws(PeerSyncError) {
         guard noSync == durable, let env = handle.pointer else { return }
         try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC), durable ? 0 : 1), "mdb_env_set_flags",

@@ -68,30 +68,55 @@ final class WriterLock: @unchecked Sendable {
 ///
 /// Every transaction (read or write) holds it shared for its whole life; changing the map size
 /// (`mdb_env_set_mapsize`, which LMDB allows only while no transaction of this process is
-/// active) and closing the environment hold it exclusively. Shared holds may nest on one
-/// thread (a read inside a read): exclusive waiters do not block new shared holders, so a
-/// nested shared hold can never deadlock against a waiting resize (which is bounded by its
-/// deadline instead).
+/// active) and closing the environment hold it exclusively.
 ///
-/// `@unchecked Sendable`: `sharedCount` and `exclusive` are only touched with `condition` locked.
+/// A waiting exclusive holder stops new shared holders from other threads (so a steady stream
+/// of readers cannot starve a map resize), but a thread that already holds the gate shared
+/// may take it again at once (a read inside a read never deadlocks against a waiting resize).
+/// Every wait is bounded by its deadline. Shared holds are released on the thread that took
+/// them.
+///
+/// `@unchecked Sendable`: every field is only touched with `condition` locked.
 final class TransactionGate: @unchecked Sendable {
     private let condition = NSCondition()
     private var sharedCount = 0
     private var exclusive = false
+    private var exclusiveWaiters = 0
+    /// Shared holds per thread.
+    private var holders: [UInt: Int] = [:]
+
+    private static func currentThread() -> UInt {
+        #if canImport(Glibc)
+        return UInt(pthread_self())
+        #else
+        return UInt(bitPattern: pthread_self())
+        #endif
+    }
 
     func lockShared(_ deadline: Deadline, directory: String) throws(PeerSyncError) {
+        let me = Self.currentThread()
         condition.lock()
         defer { condition.unlock() }
-        while exclusive {
-            if !condition.wait(until: deadline.date), exclusive, deadline.hasPassed {
+        if let held = holders[me], held > 0 {
+            holders[me] = held + 1
+            sharedCount += 1
+            return
+        }
+        while exclusive || exclusiveWaiters > 0 {
+            if !condition.wait(until: deadline.date), exclusive || exclusiveWaiters > 0, deadline.hasPassed {
                 throw deadline.busyError("the map (being resized or closed)", directory: directory)
             }
         }
+        holders[me] = 1
         sharedCount += 1
     }
 
     func unlockShared() {
+        let me = Self.currentThread()
         condition.lock()
+        if let held = holders[me] {
+            holders[me] = held > 1 ? held - 1 : nil
+        }
         sharedCount -= 1
         if sharedCount == 0 { condition.broadcast() }
         condition.unlock()
@@ -100,6 +125,11 @@ final class TransactionGate: @unchecked Sendable {
     func lockExclusive(_ deadline: Deadline, directory: String) throws(PeerSyncError) {
         condition.lock()
         defer { condition.unlock() }
+        exclusiveWaiters += 1
+        defer {
+            exclusiveWaiters -= 1
+            if exclusiveWaiters == 0 { condition.broadcast() }  // readers held back by this waiter
+        }
         while exclusive || sharedCount > 0 {
             if !condition.wait(until: deadline.date), exclusive || sharedCount > 0, deadline.hasPassed {
                 throw deadline.busyError("a transaction of this process", directory: directory)

@@ -217,7 +217,8 @@ final class LMDBTransaction: StorageWriter {
     private var generation = 0
     /// Bumped by every write: cursors positioned before it must seek again.
     private var mutations = 0
-    private var keyspaceCache: [String: CachedKeyspace] = [:]
+    /// Keyed by exact bytes: canonically equivalent names are different keyspaces.
+    private var keyspaceCache: [ByteExactName: CachedKeyspace] = [:]
     private var lastKeyspace: KeyspaceState?
     private var nextKeyspaceID: UInt32?
     private var recordsCursor: Cursor?
@@ -422,8 +423,8 @@ final class LMDBTransaction: StorageWriter {
     // MARK: Keyspaces
 
     private func lookupKeyspace(_ name: String) throws(PeerSyncError) -> KeyspaceState? {
-        if let last = lastKeyspace, last.name == name { return last }
-        if let cached = keyspaceCache[name] {
+        if let last = lastKeyspace, sameBytes(last.name, name) { return last }
+        if let cached = keyspaceCache[ByteExactName(name: name)] {
             switch cached {
             case .present(let state):
                 lastKeyspace = state
@@ -434,10 +435,10 @@ final class LMDBTransaction: StorageWriter {
         }
         let state = try readKeyspace(name)
         if let state {
-            keyspaceCache[name] = .present(state)
+            keyspaceCache[ByteExactName(name: name)] = .present(state)
             lastKeyspace = state
         } else {
-            keyspaceCache[name] = .absent
+            keyspaceCache[ByteExactName(name: name)] = .absent
         }
         return state
     }
@@ -477,7 +478,7 @@ final class LMDBTransaction: StorageWriter {
         nextKeyspaceID = id + 1
         let state = KeyspaceState(name: name, id: id)
         try writeKeyspace(state)
-        keyspaceCache[name] = .present(state)
+        keyspaceCache[ByteExactName(name: name)] = .present(state)
         lastKeyspace = state
         return state
     }
@@ -631,8 +632,12 @@ final class LMDBTransaction: StorageWriter {
                     cursor = try Cursor(txn: try currentTxn(), token: token, dbi: env.sequences, directory: env.directory)
                 }
                 guard let c = cursor else { throw noTransaction() }
-                key = seekBuffer.write(prefix: ks.id, sequence: overlay.after + 1)
-                rc = c.get(&key, &data, MDB_SET_RANGE)
+                if overlay.after == UInt64.max {
+                    rc = MDB_NOTFOUND
+                } else {
+                    key = seekBuffer.write(prefix: ks.id, sequence: overlay.after + 1)
+                    rc = c.get(&key, &data, MDB_SET_RANGE)
+                }
                 cursorGeneration = generation
                 cursorMutations = mutations
             }
@@ -913,7 +918,7 @@ final class LMDBTransaction: StorageWriter {
             if rc != MDB_NOTFOUND { try check(rc, "mdb_del(meta)", ["directory": env.directory, "keyspace": keyspace]) }
         }
         ks.dirty = false
-        keyspaceCache[keyspace] = .absent
+        keyspaceCache[ByteExactName(name: keyspace)] = .absent
         if lastKeyspace === ks { lastKeyspace = nil }
         return true
     }
@@ -1036,9 +1041,9 @@ final class LMDBTransaction: StorageWriter {
         for overlay in sequenced {
             let cursor = try Cursor(txn: txn, token: token, dbi: env.sequences, directory: env.directory)
             defer { cursor.close() }
-            var key = seekBuffer.write(prefix: ks.id, sequence: overlay.after + 1)
+            var key = seekBuffer.write(prefix: ks.id, sequence: overlay.after &+ 1)
             var data = MDB_val()
-            var rc = cursor.get(&key, &data, MDB_SET_RANGE)
+            var rc = overlay.after == UInt64.max ? MDB_NOTFOUND : cursor.get(&key, &data, MDB_SET_RANGE)
             while rc == MDB_SUCCESS, let s = sequenceKey(key, id: ks.id), s <= overlay.limit {
                 let value = data
                 try overlay.capture(s) { () throws(PeerSyncError) in try fetchIndexed(ks.id, sequence: s, keyBytes: value) }

@@ -105,6 +105,22 @@ import PeerSyncStorage
         }
     }
 
+    @Test func extremeInitialSizesAreClamped() throws {
+        try withTemporaryDirectory { dir in
+            let huge = try openStore(dir + "/huge", initialSize: Int.max)
+            #expect(try mapSize(huge) == Layout.maximumMapSize)
+            _ = try huge.write { w in try w.put(Record(key: "a"), in: "ks") }
+            try huge.close()
+            let tiny = try openStore(dir + "/tiny", initialSize: 1)
+            #expect(try mapSize(tiny) == Layout.minimumMapSize)
+            try tiny.close()
+            let negative = try openStore(dir + "/negative", initialSize: -5, busyTimeout: .seconds(-1))
+            #expect(try mapSize(negative) == Layout.defaultMapSize)
+            _ = try negative.write { w in try w.put(Record(key: "a"), in: "ks") }
+            try negative.close()
+        }
+    }
+
     @Test func manySmallTransactionsGrowTheMap() throws {
         try withTemporaryDirectory { dir in
             let storage = try openStore(dir, initialSize: 1 << 20, durable: false)
@@ -118,6 +134,52 @@ import PeerSyncStorage
             #expect(try mapSize(storage) >= 8 << 20)
             #expect(try storage.read { try $0.count(in: "ks", includeDeleted: false) } == 500)
             #expect(try storage.read { try $0.get("t99-4", in: "ks")?.body } == body)
+        }
+    }
+
+    @Test func growthIsNotStarvedByBusyReaders() throws {
+        final class Flag: @unchecked Sendable {
+            private let lock = NSLock()
+            private var value = false
+            private var errors: [String] = []
+            var isSet: Bool { lock.withLock { value } }
+            func set() { lock.withLock { value = true } }
+            func record(_ error: String) { lock.withLock { errors.append(error) } }
+            var recorded: [String] { lock.withLock { errors } }
+        }
+        try withTemporaryDirectory { dir in
+            let storage = try openStore(dir, initialSize: 1 << 20, durable: false, busyTimeout: .seconds(30))
+            defer { try? storage.close() }
+            _ = try storage.write { w in try w.put(Record(key: "seed"), in: "ks") }
+            let stop = Flag()
+            let finished = DispatchGroup()
+            for _ in 0..<3 {
+                finished.enter()
+                Thread {
+                    defer { finished.leave() }
+                    while !stop.isSet {
+                        do {
+                            try storage.read { r in
+                                // Overlapping snapshots, each consistent with itself.
+                                let count = try r.count(in: "ks", includeDeleted: false)
+                                if try r.lastSequence(in: "ks") != UInt64(count) { stop.record("inconsistent snapshot") }
+                                usleep(200)
+                            }
+                        } catch {
+                            stop.record("\(error)")
+                        }
+                    }
+                }.start()
+            }
+            let body = pattern(9, 300_000)
+            for i in 0..<40 {
+                _ = try storage.write { w in try w.put(Record(key: "big\(i)", body: body), in: "ks") }
+            }
+            stop.set()
+            finished.wait()
+            #expect(stop.recorded.isEmpty, "\(stop.recorded.prefix(3))")
+            #expect(try mapSize(storage) >= 12 << 20)
+            #expect(try storage.read { try $0.count(in: "ks", includeDeleted: false) } == 41)
         }
     }
 
