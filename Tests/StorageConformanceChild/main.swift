@@ -10,7 +10,7 @@ import PeerSyncStorageTesting
 #if SQLite && canImport(PeerSyncSQLite)
 import PeerSyncSQLite
 #endif
-#if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+#if LMDB && canImport(PeerSyncLMDB)
 import PeerSyncLMDB
 #endif
 
@@ -20,7 +20,7 @@ func backend(named name: String) -> (any StorageBackend)? {
     #if SQLite && canImport(PeerSyncSQLite)
     case "sqlite": return SQLiteStorageBackend()
     #endif
-    #if LMDB && canImport(PeerSyncLMDB) && false  // TEMPORARY until the lmdb branch is merged
+    #if LMDB && canImport(PeerSyncLMDB)
     case "lmdb": return LMDBStorageBackend()
     #endif
     default: return nil
