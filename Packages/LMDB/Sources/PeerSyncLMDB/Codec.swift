@@ -96,6 +96,35 @@ extension MDB_val {
     }
 }
 
+/// Whether two strings have the same UTF-8 bytes. (Swift's `==` is canonical equivalence:
+/// `"\u{E9}" == "e\u{301}"`, but they are different keys and keyspace names here.)
+@inline(__always)
+func sameBytes(_ a: String, _ b: String) -> Bool {
+    guard a.utf8.count == b.utf8.count else { return false }
+    let fast = a.utf8.withContiguousStorageIfAvailable { pa in
+        b.utf8.withContiguousStorageIfAvailable { pb -> Bool in
+            guard let x = pa.baseAddress, let y = pb.baseAddress else { return pa.count == 0 }
+            return memcmp(x, y, pa.count) == 0
+        }
+    }
+    if let result = fast ?? nil { return result }
+    return a.utf8.elementsEqual(b.utf8)
+}
+
+/// A dictionary key for a name that is equal only to the same UTF-8 bytes (see ``sameBytes``).
+struct ByteExactName: Hashable {
+    let name: String
+
+    static func == (lhs: ByteExactName, rhs: ByteExactName) -> Bool { sameBytes(lhs.name, rhs.name) }
+
+    func hash(into hasher: inout Hasher) {
+        let hashed: Void? = name.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        if hashed == nil {
+            for byte in name.utf8 { hasher.combine(byte) }
+        }
+    }
+}
+
 /// Byte-wise comparison with shorter-first on a common prefix (LMDB's default order).
 @inline(__always)
 func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {

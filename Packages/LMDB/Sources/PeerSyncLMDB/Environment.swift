@@ -132,6 +132,10 @@ final class LMDBEnvironment: @unchecked Sendable {
         try check(mdb_env_open(env, directory, flags, 0o644), "mdb_env_open", ctx)
         var dead: Int32 = 0
         try check(mdb_reader_check(env, &dead), "mdb_reader_check", ctx)
+        guard mdb_env_get_maxkeysize(env) >= Int32(Layout.maxLMDBKeySize) else {
+            throw PeerSyncError(.storage, "this liblmdb was built with keys shorter than \(Layout.maxLMDBKeySize) bytes",
+                                context: ctx)
+        }
 
         var stat = MDB_stat()
         try check(mdb_env_stat(env, &stat), "mdb_env_stat", ctx)
@@ -247,8 +251,8 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     // MARK: Transactions
 
-    /// Begins a read-only transaction. On success the gate is held shared: pair with
-    /// ``endRead(_:)``. Adopts a map grown by another process (`MDB_MAP_RESIZED`).
+    /// Begins a read-only transaction. On success the gate is held shared (the transaction
+    /// releases it when it ends). Adopts a map grown by another process (`MDB_MAP_RESIZED`).
     func beginRead(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
         for _ in 0..<100 {
             let env = try lockSharedUsable(deadline)
@@ -265,14 +269,9 @@ final class LMDBEnvironment: @unchecked Sendable {
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
     }
 
-    func endRead(_ txn: OpaquePointer) {
-        mdb_txn_abort(txn)
-        gate.unlockShared()
-    }
-
     /// Begins the write transaction. The caller holds ``writerLock`` and ``fileLock``; on
-    /// success the gate is held shared (released by ``endWrite(_:commit:)``). Grows the map
-    /// first when it is more than 3/4 used, so that most transactions never hit `MDB_MAP_FULL`.
+    /// success the gate is held shared (the transaction releases it). Grows the map first when
+    /// it is more than half used, so that most transactions never hit `MDB_MAP_FULL`.
     func beginWrite(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
         var grewAhead = false
         for _ in 0..<100 {
@@ -281,7 +280,7 @@ final class LMDBEnvironment: @unchecked Sendable {
                 var info = MDB_envinfo()
                 mdb_env_info(env, &info)
                 let used = (info.me_last_pgno + 1) * pageSize
-                if used > info.me_mapsize / 4 * 3 {
+                if used > info.me_mapsize / 2 {
                     // Grow ahead only if no reader of this process is in the way right now:
                     // the transaction may well fit, and `MDB_MAP_FULL` is handled anyway.
                     gate.unlockShared()
@@ -305,16 +304,6 @@ final class LMDBEnvironment: @unchecked Sendable {
             try check(rc, "mdb_txn_begin (write)", ["directory": directory])
         }
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
-    }
-
-    /// Commits (or aborts) the write transaction and releases the gate. The transaction handle
-    /// is invalid afterwards either way. Returns LMDB's code (`MDB_MAP_FULL` is the caller's).
-    @discardableResult
-    func endWrite(_ txn: OpaquePointer, commit: Bool) -> Int32 {
-        defer { gate.unlockShared() }
-        if commit { return mdb_txn_commit(txn) }
-        mdb_txn_abort(txn)
-        return MDB_SUCCESS
     }
 
     /// Takes the gate shared and returns the environment if it is open and usable.

@@ -217,7 +217,8 @@ final class LMDBTransaction: StorageWriter {
     private var generation = 0
     /// Bumped by every write: cursors positioned before it must seek again.
     private var mutations = 0
-    private var keyspaceCache: [String: CachedKeyspace] = [:]
+    /// Keyed by exact bytes: canonically equivalent names are different keyspaces.
+    private var keyspaceCache: [ByteExactName: CachedKeyspace] = [:]
     private var lastKeyspace: KeyspaceState?
     private var nextKeyspaceID: UInt32?
     private var recordsCursor: Cursor?
@@ -422,8 +423,8 @@ final class LMDBTransaction: StorageWriter {
     // MARK: Keyspaces
 
     private func lookupKeyspace(_ name: String) throws(PeerSyncError) -> KeyspaceState? {
-        if let last = lastKeyspace, last.name == name { return last }
-        if let cached = keyspaceCache[name] {
+        if let last = lastKeyspace, sameBytes(last.name, name) { return last }
+        if let cached = keyspaceCache[ByteExactName(name: name)] {
             switch cached {
             case .present(let state):
                 lastKeyspace = state
@@ -434,10 +435,10 @@ final class LMDBTransaction: StorageWriter {
         }
         let state = try readKeyspace(name)
         if let state {
-            keyspaceCache[name] = .present(state)
+            keyspaceCache[ByteExactName(name: name)] = .present(state)
             lastKeyspace = state
         } else {
-            keyspaceCache[name] = .absent
+            keyspaceCache[ByteExactName(name: name)] = .absent
         }
         return state
     }
@@ -477,7 +478,7 @@ final class LMDBTransaction: StorageWriter {
         nextKeyspaceID = id + 1
         let state = KeyspaceState(name: name, id: id)
         try writeKeyspace(state)
-        keyspaceCache[name] = .present(state)
+        keyspaceCache[ByteExactName(name: name)] = .present(state)
         lastKeyspace = state
         return state
     }
@@ -913,7 +914,7 @@ final class LMDBTransaction: StorageWriter {
             if rc != MDB_NOTFOUND { try check(rc, "mdb_del(meta)", ["directory": env.directory, "keyspace": keyspace]) }
         }
         ks.dirty = false
-        keyspaceCache[keyspace] = .absent
+        keyspaceCache[ByteExactName(name: keyspace)] = .absent
         if lastKeyspace === ks { lastKeyspace = nil }
         return true
     }

@@ -109,6 +109,30 @@ import PeerSyncStorage
         }
     }
 
+    @Test func canonicallyEquivalentNamesAreDistinct() throws {
+        try withTemporaryDirectory { dir in
+            let storage = try openStore(dir)
+            defer { try? storage.close() }
+            let composed = "\u{E9}t\u{E9}", decomposed = "e\u{301}te\u{301}"
+            try storage.write { w throws in
+                try w.put(Record(key: composed, body: bytes("1")), in: composed)
+                try w.put(Record(key: decomposed, body: bytes("2")), in: decomposed)
+                try w.put(Record(key: decomposed, body: bytes("3")), in: composed)
+                #expect(try w.get(composed, in: decomposed) == nil)
+            }
+            try storage.read { r throws in
+                #expect(try r.keyspaces().count == 2)
+                #expect(try r.get(composed, in: composed)?.body == bytes("1"))
+                #expect(try r.get(decomposed, in: composed)?.body == bytes("3"))
+                #expect(try r.get(decomposed, in: decomposed)?.body == bytes("2"))
+                #expect(try r.count(in: composed, includeDeleted: true) == 2)
+                #expect(try r.lastSequence(in: decomposed) == 1)
+            }
+            try storage.write { w throws in try w.dropKeyspace(decomposed) }
+            #expect(try storage.read { try $0.keyspaces().map { Array($0.utf8) } } == [Array(composed.utf8)])
+        }
+    }
+
     @Test func enumerationByKeyRange() throws {
         try withTemporaryDirectory { dir in
             let storage = try openStore(dir)
