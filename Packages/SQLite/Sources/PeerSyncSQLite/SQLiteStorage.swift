@@ -59,9 +59,9 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
         var flags = SQLITE_OPEN_READWRITE
         if options.create { flags |= SQLITE_OPEN_CREATE }
         let writer = try SQLiteConnection(path: path, flags: flags, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
-        // Reading the journal mode reads the file header: a file that is not a database fails
-        // here with SQLITE_NOTADB; the schema read below catches truncation (SQLite compares
-        // the header's page count with the file) and foreign databases.
+        // Setting the journal mode reads page 1: a file that is not a database (SQLITE_NOTADB)
+        // or whose header claims more pages than the file holds (truncated: SQLITE_CORRUPT)
+        // fails here. The schema check below catches a damaged schema and foreign databases.
         let mode = try writer.queryFirstText("PRAGMA journal_mode=WAL")
         guard mode?.lowercased() == "wal" else {
             throw PeerSyncError(.storage, "SQLite could not switch the database to WAL mode",
