@@ -38,6 +38,8 @@ enum MultiProcessCases {
         }
         try t.check(child.waitForExit(), "the child did not exit")
         try t.checkEqual(child.exitStatus, 0, "the child's exit status (stderr: \(child.stderrText))")
+        // The exit can be seen before the stdout thread has read everything: wait for EOF.
+        try t.check(child.waitForEndOfOutput(), "the child's output did not end")
         let committed = try parseCommitted(t, child.lines)
         try t.checkEqual(committed.count, n, "lines \"committed KEY SEQ\" printed by the child")
 
