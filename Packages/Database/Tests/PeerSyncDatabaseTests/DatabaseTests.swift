@@ -504,11 +504,11 @@ import Testing
             }
             let revs = try #require(try await c.revisions(of: "deep"))
             #expect(revs.revisions.count == 5)
-            #expect(revs.currentRevisionID.generation == 12)
-            #expect(revs.revisions.map(\.revisionID.generation).min() == 8)
+            #expect(revs.currentRevID.generation == 12)
+            #expect(revs.revisions.map(\.revID.generation).min() == 8)
             // Bodies kept: the leaf and its parent only.
-            #expect(revs.revisions.filter(\.hasBody).map(\.revisionID.generation).sorted() == [11, 12])
-            #expect(try await c.revisionBody(docID: "deep", revisionID: revs.currentRevisionID) == ["i": 11])
+            #expect(revs.revisions.filter(\.hasBody).map(\.revID.generation).sorted() == [11, 12])
+            #expect(try await c.revisionBody(docID: "deep", revID: revs.currentRevID) == ["i": 11])
             #expect(try await db.checkIntegrity().isEmpty)
         }
     }
