@@ -110,6 +110,11 @@ extension DocumentEngine {
                         deleted: Bool, allowConflict: Bool, _ writer: any StorageWriter) throws -> InsertResult {
         try requireCollection(writer)
         try validateID(id)
+        // Far beyond any real history; keeps every later generation printable and parseable.
+        guard revisionID.generation <= DocumentEngine.maxGeneration else {
+            throw PeerSyncError(.invalidArgument, "revision generation is too large",
+                                context: ["docID": id, "revID": revisionID.description]).with(spec)
+        }
         let canonical = try validatedBody(body, docID: id, allowLegacyAttachments: true)
         let existing = try writer.get(id, in: spec.documentsKeyspace)
         var tree = try existing.map { record throws(PeerSyncError) in try loadTree(record) } ?? RevTree()

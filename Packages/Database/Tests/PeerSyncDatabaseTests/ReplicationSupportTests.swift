@@ -53,6 +53,10 @@ import Testing
             await expectError(.invalidArgument) {
                 try await c.insertRevision(docID: "bad", revID: .t(1, "a"), history: [], body: ["_id": "x"], deleted: false)
             }
+            await expectError(.invalidArgument) {
+                try await c.insertRevision(docID: "bad", revID: try RevisionID("9999999999999999999-aa"), history: [], body: [:],
+                                           deleted: false)
+            }
             await expectError(.invalidDocumentID) {
                 try await c.insertRevision(docID: "", revID: .t(1, "a"), history: [], body: [:], deleted: false)
             }
