@@ -17,6 +17,7 @@
 // | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
 // | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
+// | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 //
@@ -67,8 +68,10 @@ let package = Package(
         .library(name: "PeerSyncLoopback", targets: ["PeerSyncLoopback"]),
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
+        .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
+        .executable(name: "example-tasklist", targets: ["example-tasklist"]),
     ],
     traits: [
         .default(enabledTraits: ["SQLite"]),
@@ -126,6 +129,8 @@ let package = Package(
         // MARK: Transport
         library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
         library("PeerSyncTransportTesting", folder: "Transport", dependencies: ["PeerSyncTransport", "PeerSyncCore"]),
+        tests("PeerSyncTransportTests", folder: "Transport",
+              dependencies: ["PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore"]),
 
         // MARK: Loopback
         library("PeerSyncLoopback", folder: "Loopback", dependencies: ["PeerSyncTransport", "PeerSyncCore"]),
@@ -139,11 +144,20 @@ let package = Package(
         tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
 
         // MARK: WebSocket
+        // CEpoll: <sys/epoll.h> and <sys/eventfd.h>, which Swift's Glibc module does not export.
+        .systemLibrary(name: "CEpoll", path: "Packages/WebSocket/Sources/CEpoll"),
         library("PeerSyncWebSocket", folder: "WebSocket",
-                dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+                dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",
+                               .target(name: "CEpoll", condition: .when(platforms: [.linux]))]),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
                              "PeerSyncAuth", "PeerSyncCore"]),
+
+        // MARK: BLIP
+        .systemLibrary(name: "CZlib", path: "Packages/BLIP/Sources/CZlib",
+                       pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        library("PeerSyncBLIP", folder: "BLIP", dependencies: ["PeerSyncCore", "CZlib"]),
+        tests("PeerSyncBLIPTests", folder: "BLIP", dependencies: ["PeerSyncBLIP", "PeerSyncCore"]),
 
         // MARK: Umbrella and CLI
         .target(
@@ -158,8 +172,20 @@ let package = Package(
         ),
         .executableTarget(
             name: "peersync",
-            dependencies: ["PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase"],
+            dependencies: [
+                "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
             path: "Tools/peersync",
+            swiftSettings: swiftSettings
+        ),
+
+        // MARK: Examples
+        .executableTarget(
+            name: "example-tasklist",
+            dependencies: ["PeerSync"],
+            path: "Examples/TaskList",
             swiftSettings: swiftSettings
         ),
 

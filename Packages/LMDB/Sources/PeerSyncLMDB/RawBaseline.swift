@@ -118,7 +118,6 @@ public final class LMDBRawBaseline: @unchecked Sendable {
         guard let txn = txnPtr else { throw PeerSyncError(.internalError, "mdb_txn_begin returned no transaction") }
         defer { mdb_txn_abort(txn) }
         var found = 0
-        var checksum: UInt8 = 0
         for var key in keys {
             var dv = MDB_val()
             let rc = key.withUTF8 { k in
@@ -128,11 +127,8 @@ public final class LMDBRawBaseline: @unchecked Sendable {
             if rc == MDB_NOTFOUND { continue }
             try check(rc, "mdb_get", ["directory": directory])
             found += 1
-            let bytes = dv.bytes
-            if let last = bytes.last { checksum &+= last }
-            _ = Array(bytes)  // the copy a Record would make
+            keepAlive(Array(dv.bytes))  // the copy a Record would make
         }
-        withExtendedLifetime(checksum) {}
         return found
     }
 
@@ -146,21 +142,27 @@ public final class LMDBRawBaseline: @unchecked Sendable {
         try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txnPtr), "mdb_txn_begin", ["directory": directory])
         guard let txn = txnPtr else { throw PeerSyncError(.internalError, "mdb_txn_begin returned no transaction") }
         defer { mdb_txn_abort(txn) }
-        var cursorPtr: OpaquePointer?
-        try check(mdb_cursor_open(txn, dbi, &cursorPtr), "mdb_cursor_open", ["directory": directory])
-        defer { mdb_cursor_close(cursorPtr) }
+        let cursor = try Cursor(txn: txn, token: TxnToken(isWrite: false), dbi: dbi, directory: directory)
+        defer { cursor.close() }
         var kv = MDB_val()
         var dv = MDB_val()
         var count = 0
         var bytes = 0
-        var rc = mdb_cursor_get(cursorPtr, &kv, &dv, MDB_FIRST)
+        var rc = cursor.get(&kv, &dv, MDB_FIRST)
         while rc == MDB_SUCCESS {
             count += 1
             bytes += dv.mv_size
-            _ = Array(dv.bytes)  // the copy a Record would make
-            rc = mdb_cursor_get(cursorPtr, &kv, &dv, MDB_NEXT)
+            keepAlive(Array(dv.bytes))  // the copy a Record would make
+            rc = cursor.get(&kv, &dv, MDB_NEXT)
         }
         if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get", ["directory": directory]) }
         return (count, bytes)
     }
+}
+
+/// Keeps the optimizer from dropping the copies the baseline makes on purpose.
+@inline(never)
+@_optimize(none)
+private func keepAlive(_ bytes: [UInt8]) {
+    _ = bytes
 }

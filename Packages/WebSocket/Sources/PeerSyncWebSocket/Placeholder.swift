@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncWebSocket is written; replaced by the package's sources.

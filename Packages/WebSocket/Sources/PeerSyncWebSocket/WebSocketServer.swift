@@ -1,0 +1,391 @@
+import PeerSyncAuth
+import PeerSyncCore
+import PeerSyncTransport
+import Synchronization
+
+/// Facts about the client of a request, for authentication hooks and HTTP handlers.
+public struct WebSocketRequestContext: Sendable {
+    /// The client's address, e.g. `127.0.0.1:50312`.
+    public var remoteAddress: String?
+    /// Whether the request came over TLS.
+    public var isSecure: Bool
+    /// The client's TLS certificate chain, leaf first (empty without client certificates).
+    public var peerCertificateChain: [Certificate]
+}
+
+/// The decision of an authentication hook, made before the upgrade.
+public enum WebSocketAuthResult: Sendable, Equatable {
+    /// Upgrade; `user` is kept in ``WebSocketConnection/authenticatedUser``.
+    case accept(user: String?)
+    /// Answer `401 Unauthorized` with `WWW-Authenticate: Basic realm="<realm>"`: a client with
+    /// credentials retries once with them.
+    case challenge(realm: String)
+    /// Answer with this status (e.g. 403) and message, and close.
+    case reject(status: Int, message: String)
+}
+
+/// Upgrade requests whose path matches ``path`` are turned into WebSocket connections.
+public struct WebSocketRoute: Sendable {
+    /// A path pattern: `/` separated segments where `*` matches any one segment, e.g.
+    /// `/*/_blipsync`. nil matches every path.
+    public var path: String?
+    /// Subprotocols this route speaks; the server picks the first of the client's list that
+    /// is here (RFC 6455 §4.2.2).
+    public var subprotocols: [String]
+    /// With ``subprotocols`` set: refuse (400) a client that offers none of them; otherwise
+    /// upgrade without a subprotocol.
+    public var requireSubprotocol: Bool
+    /// Called before the upgrade (after the request is validated). nil accepts everyone.
+    public var authenticate: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> WebSocketAuthResult)?
+    /// Called with each upgraded connection, in its own task. The handler owns it.
+    public var onConnection: @Sendable (WebSocketConnection) async -> Void
+
+    public init(path: String?, subprotocols: [String] = [], requireSubprotocol: Bool = true,
+                authenticate: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> WebSocketAuthResult)? = nil,
+                onConnection: @escaping @Sendable (WebSocketConnection) async -> Void) {
+        self.path = path
+        self.subprotocols = subprotocols
+        self.requireSubprotocol = requireSubprotocol
+        self.authenticate = authenticate
+        self.onConnection = onConnection
+    }
+
+    /// Whether `requestPath` (without query) matches ``path``.
+    public func matches(_ requestPath: String) -> Bool {
+        guard let path else { return true }
+        let pattern = path.split(separator: "/", omittingEmptySubsequences: false)
+        let actual = requestPath.split(separator: "/", omittingEmptySubsequences: false)
+        guard pattern.count == actual.count else { return false }
+        for (p, a) in zip(pattern, actual) where p != a {
+            if p == "*" && !a.isEmpty { continue }
+            return false
+        }
+        return true
+    }
+
+    /// An authentication hook for HTTP Basic: no or wrong `Authorization` → challenge;
+    /// `verify` decides (compare passwords in constant time there).
+    public static func basicAuthentication(realm: String,
+                                           verify: @escaping @Sendable (_ user: String, _ password: String) async -> Bool)
+        -> @Sendable (HTTPRequest, WebSocketRequestContext) async -> WebSocketAuthResult {
+        { request, _ in
+            guard let header = request.headers["Authorization"],
+                  let (user, password) = WebSocketHandshake.parseBasicAuthorization(header) else {
+                return .challenge(realm: realm)
+            }
+            return await verify(user, password) ? .accept(user: user) : .challenge(realm: realm)
+        }
+    }
+}
+
+/// Settings of a ``WebSocketServer``.
+public struct WebSocketServerConfiguration: Sendable {
+    /// The address to bind (numeric or a name); nil: every IPv4 and IPv6 address.
+    public var host: String?
+    /// The port; 0 picks a free one (read ``WebSocketServer/port``).
+    public var port: Int = 0
+    /// Bind to this network interface's address (e.g. `lo`), overriding ``host``.
+    public var interface: String?
+    /// A TLS server configuration: every connection starts with a TLS handshake.
+    public var tls: TLSConfiguration?
+    /// The most bytes of request line plus headers (else 431). Default 16 KiB.
+    public var maxHeaderBytes: Int = 16 * 1024
+    /// The largest plain-HTTP request body (else 413). Default 1 MiB.
+    public var maxBodyBytes: Int = 1 << 20
+    /// Time a client has for TLS plus its request head (and between plain HTTP requests on a
+    /// kept-alive connection); a slow or silent client is dropped. Default 10 s.
+    public var handshakeTimeout: Duration = .seconds(10)
+    /// Settings of upgraded connections.
+    public var connection = WebSocketConfiguration()
+
+    public init() {}
+}
+
+/// An HTTP/1.1 server that upgrades requests to WebSocket by path and answers plain HTTP
+/// requests on the same port (so a listener can serve `/<db>/_blipsync` and REST together).
+///
+/// Each accepted TCP connection gets a task: optional TLS handshake, then requests are read
+/// with ``HTTPRequestParser`` (limits: ``WebSocketServerConfiguration/maxHeaderBytes``,
+/// `maxBodyBytes`, `handshakeTimeout`). An upgrade request (`Upgrade: websocket`) goes to
+/// the first matching route: validated (400/405/426), subprotocol chosen, authentication hook
+/// (401 challenge / reject), then `101` and the route's handler gets a
+/// ``WebSocketConnection``. Other requests go to the HTTP handler (404 without one, or 426 if
+/// the path is a WebSocket route); plain HTTP connections are kept alive. Bad requests get
+/// their status (400, 413, 431, 505) and are closed; the server keeps serving the others.
+/// No thread is held per connection.
+public final class WebSocketServer: Sendable {
+    public let configuration: WebSocketServerConfiguration
+    public let routes: [WebSocketRoute]
+    public let httpHandler: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> HTTPResponse)?
+    /// The bound address and port.
+    public let host: String
+    public let port: Int
+
+    private let listener: TCPListener
+    /// Connections still in their handshake (closed by ``stop()``), by id.
+    private let pending = Mutex<(next: UInt64, streams: [UInt64: TCPStream], stopped: Bool)>((0, [:], false))
+
+    private init(configuration: WebSocketServerConfiguration, routes: [WebSocketRoute],
+                 httpHandler: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> HTTPResponse)?,
+                 listener: TCPListener) {
+        self.configuration = configuration
+        self.routes = routes
+        self.httpHandler = httpHandler
+        self.listener = listener
+        self.host = listener.host
+        self.port = listener.port
+    }
+
+    /// Binds and starts serving. Throws `.addressInUse`, `.hostNotFound`, `.invalidArgument`
+    /// (e.g. a TLS configuration that is not a server's).
+    public static func start(configuration: WebSocketServerConfiguration, routes: [WebSocketRoute],
+                             httpHandler: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> HTTPResponse)? = nil)
+        async throws -> WebSocketServer {
+        if let tls = configuration.tls, tls.role != .server || tls.identity == nil {
+            throw PeerSyncError(.invalidArgument, "the server's TLS configuration needs the server role and an identity")
+        }
+        let listener = try await TCPListener.bind(host: configuration.host, port: configuration.port,
+                                                  interface: configuration.interface)
+        let server = WebSocketServer(configuration: configuration, routes: routes, httpHandler: httpHandler,
+                                     listener: listener)
+        Task { await server.acceptLoop() }
+        return server
+    }
+
+    /// Stops accepting and drops connections still in their handshake. Upgraded connections
+    /// belong to their handlers and stay open. Idempotent.
+    public func stop() async {
+        listener.close()
+        let streams = pending.withLock { state -> [TCPStream] in
+            state.stopped = true
+            let streams = Array(state.streams.values)
+            state.streams = [:]
+            return streams
+        }
+        for stream in streams { stream.closeNow() }
+    }
+
+    private func acceptLoop() async {
+        while true {
+            let tcp: TCPStream
+            do {
+                tcp = try await listener.accept()
+            } catch {
+                if let error = error as? PeerSyncError, error.code != .closed {
+                    Logger(.network).error("WebSocket server on port \(port) stops accepting: \(error)")
+                }
+                return
+            }
+            Task { await self.serve(tcp) }
+        }
+    }
+
+    private func track(_ tcp: TCPStream) -> UInt64? {
+        pending.withLock { state -> UInt64? in
+            if state.stopped { return nil }
+            state.next += 1
+            state.streams[state.next] = tcp
+            return state.next
+        }
+    }
+
+    private func untrack(_ id: UInt64) {
+        pending.withLock { _ = $0.streams.removeValue(forKey: id) }
+    }
+
+    /// One TCP connection, from accept to upgrade (or to the end of its HTTP requests).
+    private func serve(_ tcp: TCPStream) async {
+        guard let id = track(tcp) else {
+            tcp.closeNow()
+            return
+        }
+        // The deadline of the current request head; re-armed for each kept-alive request.
+        let deadline = Deadline(stream: tcp)
+        deadline.arm(configuration.handshakeTimeout)
+        var upgraded = false
+        defer {
+            if !upgraded { deadline.cancel() }
+            untrack(id)
+        }
+        var stream: any ByteStream = tcp
+        var context = WebSocketRequestContext(remoteAddress: tcp.remoteAddress, isSecure: false, peerCertificateChain: [])
+        if let tls = configuration.tls {
+            do {
+                let secured = try await TLSStream.handshake(over: tcp, configuration: tls)
+                stream = secured
+                context.isSecure = true
+                context.peerCertificateChain = secured.peerCertificateChain
+            } catch {
+                Logger(.network).info("TLS handshake with \(tcp.remoteAddress ?? "?") failed: \(error)")
+                await tcp.close()
+                return
+            }
+        }
+        var parser = HTTPRequestParser(maxHeaderBytes: configuration.maxHeaderBytes, maxBodyBytes: configuration.maxBodyBytes)
+        while true {
+            // Read one request. Parse errors are answered with their status; a stream that
+            // ends or is dropped (deadline, reset) gets no answer.
+            var next: HTTPRequest?
+            do {
+                next = try parser.next()
+            } catch {
+                await respondAndClose(stream, .text(error.httpStatus, error.message + "\n"))
+                return
+            }
+            while next == nil {
+                let bytes: [UInt8]?
+                do {
+                    bytes = try await stream.read(maxBytes: 16 * 1024)
+                } catch {
+                    await stream.close()
+                    return
+                }
+                guard let bytes else {
+                    if parser.hasPartialMessage {
+                        Logger(.network).info("client \(context.remoteAddress ?? "?") closed mid-request")
+                    }
+                    await stream.close()
+                    return
+                }
+                parser.feed(bytes)
+                do {
+                    next = try parser.next()
+                } catch {
+                    await respondAndClose(stream, .text(error.httpStatus, error.message + "\n"))
+                    return
+                }
+            }
+            guard let request = next else { return }
+            deadline.cancel()
+
+            if WebSocketHandshake.isUpgradeRequest(request) {
+                upgraded = await upgrade(request, stream: stream, parser: &parser, context: context)
+                return
+            }
+            // Plain HTTP.
+            var response: HTTPResponse
+            if let httpHandler {
+                response = await httpHandler(request, context)
+            } else if routes.contains(where: { $0.matches(request.path) }) {
+                response = .text(426, "this path serves WebSocket only\n",
+                                 headers: ["Upgrade": "websocket", "Sec-WebSocket-Version": "13"])
+            } else {
+                response = .text(404, "not found\n")
+            }
+            let closeAfter = request.headers.containsToken("close", for: "Connection")
+                || (request.version == .http1_0 && !request.headers.containsToken("keep-alive", for: "Connection"))
+                || response.headers.containsToken("close", for: "Connection")
+            if closeAfter && !response.headers.containsToken("close", for: "Connection") {
+                response.headers.add("Connection", "close")
+            }
+            if request.method == "HEAD" { response.body = [] }
+            do {
+                try await stream.write(response.serialized())
+            } catch {
+                await stream.close()
+                return
+            }
+            if closeAfter {
+                await stream.shutdownOutput()
+                await stream.close()
+                return
+            }
+            deadline.arm(configuration.handshakeTimeout)
+        }
+    }
+
+    /// Answers an upgrade request; returns true if the connection was upgraded.
+    private func upgrade(_ request: HTTPRequest, stream: any ByteStream, parser: inout HTTPRequestParser,
+                         context: WebSocketRequestContext) async -> Bool {
+        guard let route = routes.first(where: { $0.matches(request.path) }) else {
+            await respondAndClose(stream, .text(404, "no WebSocket endpoint at this path\n", headers: ["Connection": "close"]))
+            return false
+        }
+        let upgradeRequest: WebSocketHandshake.UpgradeRequest
+        switch WebSocketHandshake.validateUpgradeRequest(request) {
+        case .failure(let rejection):
+            await respondAndClose(stream, rejection.response)
+            return false
+        case .success(let valid):
+            upgradeRequest = valid
+        }
+        var subprotocol: String?
+        if !route.subprotocols.isEmpty {
+            subprotocol = WebSocketHandshake.chooseSubprotocol(offered: upgradeRequest.subprotocols, supported: route.subprotocols)
+            if subprotocol == nil && route.requireSubprotocol {
+                let rejection = WebSocketHandshake.Rejection(
+                    status: 400, message: "none of the offered subprotocols is supported; supported: \(route.subprotocols.joined(separator: ", "))")
+                await respondAndClose(stream, rejection.response)
+                return false
+            }
+        }
+        var user: String?
+        if let authenticate = route.authenticate {
+            switch await authenticate(request, context) {
+            case .accept(let name):
+                user = name
+            case .challenge(let realm):
+                let escaped = String(realm.flatMap { $0 == "\"" || $0 == "\\" ? ["\\", $0] : [$0] })
+                await respondAndClose(stream, .text(401, "authentication required\n",
+                                                    headers: ["WWW-Authenticate": "Basic realm=\"\(escaped)\"", "Connection": "close"]))
+                return false
+            case .reject(let status, let message):
+                await respondAndClose(stream, .text(status, message + "\n", headers: ["Connection": "close"]))
+                return false
+            }
+        }
+        let response = WebSocketHandshake.switchingProtocolsResponse(key: upgradeRequest.key, subprotocol: subprotocol)
+        do {
+            try await stream.write(response.serialized())
+        } catch {
+            await stream.close()
+            return false
+        }
+        let connection = WebSocketConnection(stream: stream, role: .server, configuration: configuration.connection,
+                                             subprotocol: subprotocol, initialBytes: parser.takeRemainder(),
+                                             peerCertificateChain: context.peerCertificateChain.map(\.derBytes),
+                                             handshakeRequest: request, handshakeResponse: response,
+                                             authenticatedUser: user)
+        await route.onConnection(connection)
+        return true
+    }
+
+    private func respondAndClose(_ stream: any ByteStream, _ response: HTTPResponse) async {
+        var response = response
+        if !response.headers.containsToken("close", for: "Connection") { response.headers.add("Connection", "close") }
+        try? await stream.write(response.serialized())
+        await stream.shutdownOutput()
+        await stream.close()
+    }
+}
+
+/// A re-armable timer that closes a stream when it fires (drops slow or silent clients).
+final class Deadline: Sendable {
+    private let stream: TCPStream
+    private let timer = Mutex<Task<Void, Never>?>(nil)
+
+    init(stream: TCPStream) {
+        self.stream = stream
+    }
+
+    func arm(_ timeout: Duration) {
+        let stream = self.stream
+        let task = Task {
+            do { try await Task.sleep(for: timeout) } catch { return }
+            stream.closeNow()
+        }
+        let old = timer.withLock { t -> Task<Void, Never>? in
+            let old = t
+            t = task
+            return old
+        }
+        old?.cancel()
+    }
+
+    func cancel() {
+        timer.withLock { t in
+            t?.cancel()
+            t = nil
+        }
+    }
+}

@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncWebSocketTests is written; replaced by the package's sources.
