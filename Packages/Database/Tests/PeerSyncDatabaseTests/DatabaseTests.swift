@@ -552,3 +552,55 @@ private struct CheckingBackend: StorageBackend, StorageBackendIntegrityChecking 
         try await db.close()
     }
 }
+
+/// Smuggles a transaction out of its batch to check that it is dead afterwards.
+private final class TransactionBox: @unchecked Sendable {
+    var transaction: DatabaseTransaction?
+}
+
+@Suite struct TransactionAndScopeTests {
+    @Test func transactionConflictHandlerAndLifetime() async throws {
+        try await withDatabase(.memory) { db, _ in
+            let c = try db.defaultCollection()
+            var original = MutableDocument(id: "t", data: ["v": 1])
+            try await c.save(document: &original)
+            var newer = original
+            newer.setInt(2, forKey: "v")
+            try await c.save(document: &newer)
+
+            let box = TransactionBox()
+            let saved = try await db.inBatch { txn in
+                box.transaction = txn
+                var stale = original
+                stale.setInt(3, forKey: "w")
+                return try txn.save(document: &stale, in: c) { doc, current in
+                    doc.setInt(current?.int(forKey: "v") ?? 0, forKey: "v")
+                    return true
+                }
+            }
+            #expect(saved)
+            #expect(try await c.document(id: "t")?.properties == ["v": 2, "w": 3])
+            let escaped = try #require(box.transaction)
+            #expect(throws: PeerSyncError.self) { try escaped.document(id: "t", in: c) }
+
+            // A collection of another database is refused.
+            try await withDatabase(.memory) { other, _ in
+                let foreign = try other.defaultCollection()
+                await expectError(.invalidArgument) {
+                    try await db.inBatch { txn in try txn.document(id: "t", in: foreign) }
+                }
+            }
+        }
+    }
+
+    @Test func scopeObjects() async throws {
+        try await withDatabase(.memory) { db, _ in
+            try await db.createCollection(name: "one", scope: "s")
+            let scope = try #require(try await db.scope(name: "s"))
+            #expect(try await scope.collection(name: "one")?.fullName == "s.one")
+            #expect(try await scope.collection(name: "two") == nil)
+            #expect(try await db.defaultScope().collections().map(\.name) == ["_default"])
+            #expect(scope == (try await db.scopes()).last)
+        }
+    }
+}
