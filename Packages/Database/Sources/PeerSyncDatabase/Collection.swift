@@ -190,9 +190,9 @@ extension Collection {
     }
 
     /// The body of one revision, or nil if the revision is unknown or its body was dropped.
-    public func revisionBody(docID: String, revisionID: RevisionID) async throws -> [String: JSONValue]? {
+    public func revisionBody(docID: String, revID: RevisionID) async throws -> [String: JSONValue]? {
         let engine = self.engine
-        return try await database.read { try engine.revisionBody(id: docID, revisionID: revisionID, $0) }
+        return try await database.read { try engine.revisionBody(id: docID, revisionID: revID, $0) }
     }
 
     /// The current revision including tombstones (nil only if the document does not exist).
@@ -210,12 +210,12 @@ extension Collection {
     /// The body may keep a legacy `_attachments` key; other `_` keys throw `.invalidArgument`.
     /// Blobs the body references must already be stored.
     @discardableResult
-    public func insertRevision(docID: String, revisionID: RevisionID, history: [RevisionID],
+    public func insertRevision(docID: String, revID: RevisionID, history: [RevisionID],
                                body: [String: JSONValue], deleted: Bool,
                                allowConflict: Bool = true) async throws -> InsertResult {
         let engine = self.engine
         return try await database.write { writer in
-            try engine.insertRevision(id: docID, revisionID: revisionID, history: history, body: body,
+            try engine.insertRevision(id: docID, revisionID: revID, history: history, body: body,
                                       deleted: deleted, allowConflict: allowConflict, writer)
         }
     }
@@ -226,11 +226,11 @@ extension Collection {
     /// `mergedDeleted`) is added as a child of the winning revision. Returns the document's
     /// new current revision. Throws `.invalidArgument` unless both are distinct leaves.
     @discardableResult
-    public func resolveConflict(docID: String, winningRevisionID: RevisionID, losingRevisionID: RevisionID,
+    public func resolveConflict(docID: String, winningRevID: RevisionID, losingRevID: RevisionID,
                                 mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {
         let engine = self.engine
         return try await database.write { writer in
-            try engine.resolveConflict(id: docID, winning: winningRevisionID, losing: losingRevisionID,
+            try engine.resolveConflict(id: docID, winning: winningRevID, losing: losingRevID,
                                        mergedBody: mergedBody, mergedDeleted: mergedDeleted, writer)
         }
     }

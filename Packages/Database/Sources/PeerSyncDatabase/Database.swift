@@ -58,6 +58,9 @@ public enum MaintenanceType: Sendable, Hashable {
 /// instances) may open the same folder at once when the backend supports it (SQLite, LMDB);
 /// each sees the others' commits and gets change notifications for them.
 ///
+/// Cancelling a task that awaits a database operation does not interrupt it: once submitted,
+/// an operation runs to completion (or rolls back on error).
+///
 /// Errors: ``PeerSyncError`` — `.closed` after ``close()``, `.notFound` for missing
 /// documents/collections, `.invalidArgument` / `.invalidDocumentID` / `.tooLarge` for bad
 /// input (nothing is changed), plus the backend's `.storage`, `.io`, `.busy`, `.corrupt`.

@@ -61,13 +61,13 @@ public final class DatabaseTransaction {
         try engine(collection).purge(id: id, writer)
     }
 
-    /// Like ``Collection/insertRevision(docID:revisionID:history:body:deleted:allowConflict:)``:
+    /// Like ``Collection/insertRevision(docID:revID:history:body:deleted:allowConflict:)``:
     /// a replicator inserts a batch of pulled revisions in one transaction.
     @discardableResult
-    public func insertRevision(docID: String, revisionID: RevisionID, history: [RevisionID],
+    public func insertRevision(docID: String, revID: RevisionID, history: [RevisionID],
                                body: [String: JSONValue], deleted: Bool, in collection: Collection,
                                allowConflict: Bool = true) throws -> InsertResult {
-        try engine(collection).insertRevision(id: docID, revisionID: revisionID, history: history, body: body,
+        try engine(collection).insertRevision(id: docID, revisionID: revID, history: history, body: body,
                                                deleted: deleted, allowConflict: allowConflict, writer)
     }
 

@@ -19,6 +19,8 @@ struct DocumentEngine {
 
     /// How many generations below each leaf keep their bodies (for delta sync).
     static let ancestorBodyDepth = 1
+    /// The largest generation accepted from a peer (2^53).
+    static let maxGeneration: UInt64 = 1 << 53
 
     // MARK: Reading
 

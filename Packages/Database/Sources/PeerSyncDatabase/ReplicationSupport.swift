@@ -7,9 +7,9 @@ import PeerSyncStorage
 
 /// One node of a document's revision tree.
 public struct RevisionInfo: Sendable, Hashable {
-    public let revisionID: RevisionID
+    public let revID: RevisionID
     /// The parent revision, nil for a root (generation 1, or an ancestor pruned away).
-    public let parentRevisionID: RevisionID?
+    public let parentRevID: RevisionID?
     public let flags: RevisionFlags
     /// Whether the body of this revision is still stored.
     public let hasBody: Bool
@@ -25,7 +25,7 @@ public struct DocumentRevisions: Sendable, Hashable {
     /// The sequence of the document's latest change.
     public let sequence: UInt64
     /// The current (winning) revision.
-    public let currentRevisionID: RevisionID
+    public let currentRevID: RevisionID
     public let isDeleted: Bool
     /// Whether a live leaf other than the current revision exists.
     public let isConflicted: Bool
@@ -37,14 +37,14 @@ public struct DocumentRevisions: Sendable, Hashable {
     public var leaves: [RevisionInfo] { revisions.filter(\.isLeaf) }
 
     /// The revision with this ID, if known.
-    public func revision(_ id: RevisionID) -> RevisionInfo? { revisions.first { $0.revisionID == id } }
+    public func revision(_ id: RevisionID) -> RevisionInfo? { revisions.first { $0.revID == id } }
 
-    /// The known ancestors of `revisionID`, parent first, at most `maxCount` of them (nil if
+    /// The known ancestors of `revID`, parent first, at most `maxCount` of them (nil if
     /// the revision is unknown). This is the `history` a `rev` message carries.
-    public func history(of revisionID: RevisionID, maxCount: Int = Int.max) -> [RevisionID]? {
-        guard var current = revision(revisionID) else { return nil }
+    public func history(of revID: RevisionID, maxCount: Int = Int.max) -> [RevisionID]? {
+        guard var current = revision(revID) else { return nil }
         var out: [RevisionID] = []
-        while out.count < maxCount, let parent = current.parentRevisionID, let next = revision(parent) {
+        while out.count < maxCount, let parent = current.parentRevID, let next = revision(parent) {
             out.append(parent)
             current = next
         }
@@ -52,10 +52,10 @@ public struct DocumentRevisions: Sendable, Hashable {
     }
 }
 
-/// The outcome of ``Collection/insertRevision(docID:revisionID:history:body:deleted:allowConflict:)``.
+/// The outcome of ``Collection/insertRevision(docID:revID:history:body:deleted:allowConflict:)``.
 public struct InsertResult: Sendable, Hashable {
     /// The revision that was inserted.
-    public let revisionID: RevisionID
+    public let revID: RevisionID
     /// How many revisions were added to the tree (the revision and unknown ancestors); 0 when
     /// the revision was already known and nothing changed.
     public let added: Int
@@ -63,10 +63,10 @@ public struct InsertResult: Sendable, Hashable {
     public let sequence: UInt64?
     /// The document's current revision after the insertion (it stays the local one when the
     /// inserted revision started a conflicting branch).
-    public let currentRevisionID: RevisionID
+    public let currentRevID: RevisionID
     /// Whether the document now has unresolved conflicting branches.
     public let isConflicted: Bool
-    /// Position in `[revisionID] + history` of the first revision that was already known
+    /// Position in `[revID] + history` of the first revision that was already known
     /// (0: the revision itself), nil if none was.
     public let commonAncestorIndex: Int?
 
@@ -91,10 +91,10 @@ extension DocumentEngine {
         let order = tree.nodes.indices.sorted { RevTree.sortsBefore(tree[$0], tree[$1]) }
         let infos = order.map { i in
             let node = tree[i]
-            return RevisionInfo(revisionID: node.revID, parentRevisionID: node.parent.map { tree[$0].revID },
+            return RevisionInfo(revID: node.revID, parentRevID: node.parent.map { tree[$0].revID },
                                 flags: node.flags, hasBody: node.body != nil)
         }
-        return DocumentRevisions(docID: id, sequence: record.sequence, currentRevisionID: winner.revID,
+        return DocumentRevisions(docID: id, sequence: record.sequence, currentRevID: winner.revID,
                                  isDeleted: winner.isDeleted, isConflicted: tree.hasConflict, revisions: infos)
     }
 
@@ -110,6 +110,11 @@ extension DocumentEngine {
                         deleted: Bool, allowConflict: Bool, _ writer: any StorageWriter) throws -> InsertResult {
         try requireCollection(writer)
         try validateID(id)
+        // Far beyond any real history; keeps every later generation printable and parseable.
+        guard revisionID.generation <= DocumentEngine.maxGeneration else {
+            throw PeerSyncError(.invalidArgument, "revision generation is too large",
+                                context: ["docID": id, "revID": revisionID.description]).with(spec)
+        }
         let canonical = try validatedBody(body, docID: id, allowLegacyAttachments: true)
         let existing = try writer.get(id, in: spec.documentsKeyspace)
         var tree = try existing.map { record throws(PeerSyncError) in try loadTree(record) } ?? RevTree()
@@ -128,8 +133,8 @@ extension DocumentEngine {
         guard let winner = tree.winner else {
             throw PeerSyncError(.internalError, "revision tree is empty after an insertion", context: ["docID": id]).with(spec)
         }
-        return InsertResult(revisionID: revisionID, added: insertion.added, sequence: sequence,
-                            currentRevisionID: winner.revID, isConflicted: tree.hasConflict,
+        return InsertResult(revID: revisionID, added: insertion.added, sequence: sequence,
+                            currentRevID: winner.revID, isConflicted: tree.hasConflict,
                             commonAncestorIndex: insertion.commonAncestor)
     }
 

@@ -356,7 +356,8 @@ extension RevTree {
         for i in 0..<Int(count) {
             let generation = try reader.varint()
             let digestLength = try reader.varint()
-            guard generation >= 1, digestLength >= 1, digestLength <= 64 else {
+            // Generations beyond 19 decimal digits cannot be written as revision IDs.
+            guard generation >= 1, generation < 10_000_000_000_000_000_000, digestLength >= 1, digestLength <= 64 else {
                 throw PeerSyncError(.corrupt, "invalid revision ID in revision tree")
             }
             let digest = try reader.bytes(Int(digestLength))

@@ -504,11 +504,11 @@ import Testing
             }
             let revs = try #require(try await c.revisions(of: "deep"))
             #expect(revs.revisions.count == 5)
-            #expect(revs.currentRevisionID.generation == 12)
-            #expect(revs.revisions.map(\.revisionID.generation).min() == 8)
+            #expect(revs.currentRevID.generation == 12)
+            #expect(revs.revisions.map(\.revID.generation).min() == 8)
             // Bodies kept: the leaf and its parent only.
-            #expect(revs.revisions.filter(\.hasBody).map(\.revisionID.generation).sorted() == [11, 12])
-            #expect(try await c.revisionBody(docID: "deep", revisionID: revs.currentRevisionID) == ["i": 11])
+            #expect(revs.revisions.filter(\.hasBody).map(\.revID.generation).sorted() == [11, 12])
+            #expect(try await c.revisionBody(docID: "deep", revID: revs.currentRevID) == ["i": 11])
             #expect(try await db.checkIntegrity().isEmpty)
         }
     }
@@ -550,5 +550,57 @@ private struct CheckingBackend: StorageBackend, StorageBackendIntegrityChecking 
         let db = try await Database(name: "chk", config: DatabaseConfiguration(directory: dir.path, backend: CheckingBackend()))
         #expect(try await db.checkIntegrity() == ["storage: page 7 is damaged in chk.peersync"])
         try await db.close()
+    }
+}
+
+/// Smuggles a transaction out of its batch to check that it is dead afterwards.
+private final class TransactionBox: @unchecked Sendable {
+    var transaction: DatabaseTransaction?
+}
+
+@Suite struct TransactionAndScopeTests {
+    @Test func transactionConflictHandlerAndLifetime() async throws {
+        try await withDatabase(.memory) { db, _ in
+            let c = try db.defaultCollection()
+            var original = MutableDocument(id: "t", data: ["v": 1])
+            try await c.save(document: &original)
+            var newer = original
+            newer.setInt(2, forKey: "v")
+            try await c.save(document: &newer)
+
+            let box = TransactionBox()
+            let saved = try await db.inBatch { txn in
+                box.transaction = txn
+                var stale = original
+                stale.setInt(3, forKey: "w")
+                return try txn.save(document: &stale, in: c) { doc, current in
+                    doc.setInt(current?.int(forKey: "v") ?? 0, forKey: "v")
+                    return true
+                }
+            }
+            #expect(saved)
+            #expect(try await c.document(id: "t")?.properties == ["v": 2, "w": 3])
+            let escaped = try #require(box.transaction)
+            #expect(throws: PeerSyncError.self) { try escaped.document(id: "t", in: c) }
+
+            // A collection of another database is refused.
+            try await withDatabase(.memory) { other, _ in
+                let foreign = try other.defaultCollection()
+                await expectError(.invalidArgument) {
+                    try await db.inBatch { txn in try txn.document(id: "t", in: foreign) }
+                }
+            }
+        }
+    }
+
+    @Test func scopeObjects() async throws {
+        try await withDatabase(.memory) { db, _ in
+            try await db.createCollection(name: "one", scope: "s")
+            let scope = try #require(try await db.scope(name: "s"))
+            #expect(try await scope.collection(name: "one")?.fullName == "s.one")
+            #expect(try await scope.collection(name: "two") == nil)
+            #expect(try await db.defaultScope().collections().map(\.name) == ["_default"])
+            #expect(scope == (try await db.scopes()).last)
+        }
     }
 }
