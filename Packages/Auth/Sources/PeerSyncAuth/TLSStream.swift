@@ -67,14 +67,17 @@ public final class TLSStream: ByteStream {
             // Ends a read or write of the underlying stream that ignores cancellation.
             Task { await stream.close() }
         }
+        let log = Logger(.network)
         switch outcome {
         case .success(let tls):
+            log.verbose("TLS \(configuration.role) handshake with \(stream.remoteAddress ?? "peer"): \(tls.protocolVersion) \(tls.cipherSuite), peer \(tls.peerCertificate.map { String($0.peerID.prefix(16)) } ?? "without certificate")")
             if Task.isCancelled {
                 await tls.close()
                 throw PeerSyncError(.cancelled, "the TLS handshake was cancelled")
             }
             return tls
         case .failure(let error):
+            log.info("TLS \(configuration.role) handshake with \(stream.remoteAddress ?? "peer") failed: \(error)")
             await stream.close()
             if timedOut.isSet {
                 throw PeerSyncError(.timeout, "the TLS handshake did not finish in time",
