@@ -67,14 +67,17 @@ public final class TLSStream: ByteStream {
             // Ends a read or write of the underlying stream that ignores cancellation.
             Task { await stream.close() }
         }
+        let log = Logger(.network)
         switch outcome {
         case .success(let tls):
+            log.verbose("TLS \(configuration.role) handshake with \(stream.remoteAddress ?? "peer"): \(tls.protocolVersion) \(tls.cipherSuite), peer \(tls.peerCertificate.map { String($0.peerID.prefix(16)) } ?? "without certificate")")
             if Task.isCancelled {
                 await tls.close()
                 throw PeerSyncError(.cancelled, "the TLS handshake was cancelled")
             }
             return tls
         case .failure(let error):
+            log.info("TLS \(configuration.role) handshake with \(stream.remoteAddress ?? "peer") failed: \(error)")
             await stream.close()
             if timedOut.isSet {
                 throw PeerSyncError(.timeout, "the TLS handshake did not finish in time",
@@ -337,7 +340,8 @@ final class SSLConnection: Sendable {
     func readStep(maxBytes: Int) -> ([UInt8]?, SSLStep) {
         state.withLock { s in
             if let failure = s.failure { return (nil, .failed(failure)) }
-            let capacity = min(maxBytes, 1 << 20)
+            // SSL_read returns at most one record's plaintext (16 KiB).
+            let capacity = min(maxBytes, 16 * 1024)
             var buffer = [UInt8](repeating: 0, count: capacity)
             OpenSSL.clearErrors()
             let rc = buffer.withUnsafeMutableBytes { SSL_read(s.ssl, $0.baseAddress, Int32($0.count)) }
