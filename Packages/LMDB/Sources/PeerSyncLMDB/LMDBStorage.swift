@@ -140,3 +140,5 @@ final class LMDBStorage: Storage {
         }
     }
 }
+
+extension LMDBStorageBackend: StorageBackendIntegrityChecking {}

@@ -107,3 +107,10 @@ public struct SQLiteStorageBackend: StorageBackend {
         return problems
     }
 }
+
+extension SQLiteStorageBackend: StorageBackendIntegrityChecking {
+    /// The full check (`PRAGMA integrity_check` plus PeerSync's own), for `Database.checkIntegrity()`.
+    public func checkIntegrity(directory: String) throws -> [String] {
+        try checkIntegrity(directory: directory, quick: false)
+    }
+}
