@@ -78,11 +78,7 @@ enum ConformanceBackends {
 /// Failures of other packages' backends that are reported to their owners and not fixed yet:
 /// recorded as known issues (still printed in the test output) so the rest of the matrix stays
 /// meaningful. Remove an entry once its backend is fixed.
-let knownConformanceIssues: [ConformanceCombination: String] = [
-    ConformanceCombination(backend: "lmdb", caseName: "keyspaceNames"):
-        "PeerSyncLMDB's transaction caches keyspaces in a [String: CachedKeyspace] (Transaction.swift, keyspaceCache), "
-        + "so canonically equivalent names (\"\\u{E9}t\\u{E9}\" / \"e\\u{301}te\\u{301}\") share one keyspace",
-]
+let knownConformanceIssues: [ConformanceCombination: String] = [:]
 
 @Test("Storage conformance", arguments: ConformanceBackends.combinations)
 func storageConformance(_ combination: ConformanceCombination) async throws {
