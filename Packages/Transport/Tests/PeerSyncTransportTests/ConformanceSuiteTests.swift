@@ -4,12 +4,18 @@ import PeerSyncTransportTesting
 import Synchronization
 import Testing
 
-/// The example custom transport passes the whole suite.
-@Suite struct ExamplePipeTransportConformance {
-    static let suite = TransportConformanceSuite(
-        transport: PipeTransport(),
-        listenOn: try! Endpoint(url: "pipe://example:0"),
-        drop: { ($0 as? PipeConnection)?.abort() })
+/// The example custom transport passes the whole suite (messages up to 4 MiB to keep the
+/// run light; the loopback suites cover 16 MiB).
+@Suite(.serialized) struct ExamplePipeTransportConformance {
+    static let suite: TransportConformanceSuite = {
+        var configuration = TransportConformanceSuite.Configuration()
+        configuration.largestMessage = 4 << 20
+        return TransportConformanceSuite(
+            transport: PipeTransport(),
+            listenOn: try! Endpoint(url: "pipe://example:0"),
+            configuration: configuration,
+            drop: { ($0 as? PipeConnection)?.abort() })
+    }()
 
     @Test(arguments: TransportConformanceSuite.caseNames)
     func conformance(_ name: String) async throws {
