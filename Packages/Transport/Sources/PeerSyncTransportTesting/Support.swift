@@ -71,7 +71,7 @@ private final class Race<T: Sendable>: Sendable {
         var resumed = false
     }
     // Guards the continuation, the first result and the task handles.
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     func start(_ continuation: CheckedContinuation<T, any Error>, tasks: [Task<Void, Never>]) {
         let ready: Result<T, any Error>? = state.withLock { s in

@@ -1,7 +1,6 @@
 import PeerSyncCore
 import PeerSyncTransport
 import PeerSyncTransportTesting
-import Synchronization
 import Testing
 
 /// The example custom transport passes the whole suite (messages up to 4 MiB to keep the
@@ -49,7 +48,7 @@ final class FaultyConnection: MessageConnection {
 
     let inner: any MessageConnection
     let fault: Fault
-    private let held = Mutex<TransportMessage?>(nil)
+    private let held = LockedValue<TransportMessage?>(nil)
     let hang: Hang
 
     init(_ inner: any MessageConnection, fault: Fault, hang: Hang) {
@@ -119,7 +118,7 @@ final class FaultyConnection: MessageConnection {
 
 /// Suspends callers, ignoring cancellation, until `release()`.
 final class Hang: Sendable {
-    private let waiters = Mutex<(released: Bool, list: [CheckedContinuation<Void, Never>])>((false, []))
+    private let waiters = LockedValue<(released: Bool, list: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
         await withCheckedContinuation { continuation in
