@@ -1,6 +1,5 @@
 import PeerSyncCore
 import PeerSyncTransport
-import Synchronization
 
 /// One end of a link: its receive buffer and its close state.
 final class LinkEnd: Sendable {
@@ -21,7 +20,7 @@ final class LinkEnd: Sendable {
     let incoming: AsyncMessageQueue<TransportMessage>
     let closeTimeout: Duration
     // Guards the close state of this end.
-    let state = Mutex(State())
+    let state = LockedValue(State())
 
     init(bufferMessages: Int, bufferBytes: Int, closeTimeout: Duration) {
         incoming = AsyncMessageQueue(maxCount: bufferMessages, maxBytes: bufferBytes)
@@ -64,7 +63,7 @@ final class Pipe: Sendable {
     /// Fragments in flight, with their arrival times.
     let wire: AsyncMessageQueue<WireItem>
     /// The close the sender sent, once it did. Guarded by its own mutex.
-    let closeInfo = Mutex<CloseInfo?>(nil)
+    let closeInfo = LockedValue<CloseInfo?>(nil)
 
     init(direction: LinkDirection) {
         self.direction = direction
@@ -90,7 +89,7 @@ final class Link: Sendable {
     let trace: LinkTrace?
     private let onEnd: @Sendable (Int) -> Void
     // Guards whether the link ended and the handles of its wire tasks.
-    private let state = Mutex<(ended: Bool, tasks: [Task<Void, Never>])>((false, []))
+    private let state = LockedValue<(ended: Bool, tasks: [Task<Void, Never>])>((false, []))
 
     init(id: Int, client: LinkEnd, server: LinkEnd, conditions: LinkConditions, maxMessageSize: Int,
          trace: LinkTrace?, onEnd: @escaping @Sendable (Int) -> Void) {

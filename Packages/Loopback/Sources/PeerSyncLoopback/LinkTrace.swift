@@ -1,4 +1,4 @@
-import Synchronization
+import PeerSyncTransport
 
 /// One direction of a loopback link.
 public enum LinkDirection: Sendable, Hashable, CustomStringConvertible {
@@ -17,7 +17,7 @@ public enum LinkDirection: Sendable, Hashable, CustomStringConvertible {
 /// values are computed from the link conditions and the traffic, not measured, so the same
 /// seed and traffic give the same trace (per direction; the two directions interleave freely).
 ///
-/// Pass one in ``LoopbackConnectOptions/trace``. Thread-safe (a `Mutex` guards the events).
+/// Pass one in ``LoopbackConnectOptions/trace``. Thread-safe (a lock guards the events).
 public final class LinkTrace: Sendable {
     /// One event on the wire.
     public struct Event: Sendable, Hashable {
@@ -45,7 +45,7 @@ public final class LinkTrace: Sendable {
 
     /// The most events kept; later ones are counted in ``droppedCount`` only.
     public let limit: Int
-    private let state = Mutex<(events: [Event], dropped: Int)>(([], 0))
+    private let state = LockedValue<(events: [Event], dropped: Int)>(([], 0))
 
     /// Creates a trace that keeps at most `limit` events.
     public init(limit: Int = 100_000) {

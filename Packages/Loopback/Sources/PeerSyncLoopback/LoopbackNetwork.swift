@@ -1,6 +1,5 @@
 import PeerSyncCore
 import PeerSyncTransport
-import Synchronization
 
 /// An in-process network: a registry of listening endpoints (`loopback://host[:port]`), the
 /// live links between hosts, the link conditions between hosts, and partitions.
@@ -10,7 +9,7 @@ import Synchronization
 /// ``LoopbackTransport``'s ``LoopbackTransport/host`` names the connecting side, and the
 /// endpoint's host names the listening side.
 ///
-/// Thread-safe: one `Mutex` guards the registry; links are never called with it held.
+/// Thread-safe: one lock guards the registry; links are never called with it held.
 public final class LoopbackNetwork: Sendable {
     /// A network for code that does not make its own.
     public static let shared = LoopbackNetwork()
@@ -45,12 +44,12 @@ public final class LoopbackNetwork: Sendable {
         }
     }
 
-    private let state: Mutex<State>
+    private let state: LockedValue<State>
 
     /// Creates an empty network whose links have `conditions` unless set otherwise per pair of
     /// hosts or per connection.
     public init(conditions: LinkConditions = .perfect) {
-        state = Mutex(State(defaultConditions: conditions))
+        state = LockedValue(State(defaultConditions: conditions))
     }
 
     // MARK: Conditions

@@ -9,8 +9,12 @@ import Testing
     (connection as? LoopbackConnection)?.abort()
 }
 
+// The conformance suites run their cases one at a time (`.serialized`): they are CPU-heavy
+// (16 MiB payloads in debug builds), and all test targets share one process and 2 cores, where
+// other packages' tests have handshake deadlines.
+
 /// The conformance suite over a perfect in-process link.
-@Suite struct PlainLoopbackConformance {
+@Suite(.serialized) struct PlainLoopbackConformance {
     static let network = LoopbackNetwork()
     static let suite = TransportConformanceSuite(
         transport: LoopbackTransport(network: network, host: "client"),
@@ -25,7 +29,7 @@ import Testing
 
 /// The conformance suite over a simulated link: small MTU (fragmentation and reassembly),
 /// latency with jitter, bandwidth shaping.
-@Suite struct ConditionedLoopbackConformance {
+@Suite(.serialized) struct ConditionedLoopbackConformance {
     static let network = LoopbackNetwork()
     static let conditions = LinkConditions(latency: .milliseconds(1), jitter: .milliseconds(1),
                                            bandwidth: 400_000_000, mtu: 512, seed: 42)
@@ -42,7 +46,7 @@ import Testing
 }
 
 /// The conformance suite over a BLE-like link built from the network's own conditions.
-@Suite struct BLELikeLoopbackConformance {
+@Suite(.serialized) struct BLELikeLoopbackConformance {
     static let network = LoopbackNetwork(conditions: LinkConditions(latency: .milliseconds(2), jitter: .milliseconds(2),
                                                                     mtu: 244, seed: 9))
     static let suite: TransportConformanceSuite = {

@@ -1,5 +1,4 @@
 import PeerSyncCore
-import Synchronization
 
 /// A bounded, multi-producer, multi-consumer async FIFO channel with backpressure: the building
 /// block transports use to hand incoming messages to their reader (and outgoing ones to a
@@ -24,7 +23,7 @@ import Synchronization
 ///   ``PeerSyncError/Code/cancelled``; a cancelled send did not enqueue its element and a
 ///   cancelled receive did not take one. Nothing else is affected.
 ///
-/// All methods are thread-safe; the state is guarded by one `Mutex` and continuations are
+/// All methods are thread-safe; the state is guarded by one lock and continuations are
 /// resumed outside it.
 public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// The maximum number of buffered elements (at least 1).
@@ -32,7 +31,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// The maximum number of buffered bytes (at least 1); see the admission rule above.
     public let maxBytes: Int
     private let cost: @Sendable (Element) -> Int
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     /// Creates a queue holding at most `maxCount` elements and `maxBytes` bytes, where `cost`
     /// gives the size of an element in bytes (default: 0, so only `maxCount` limits). Values

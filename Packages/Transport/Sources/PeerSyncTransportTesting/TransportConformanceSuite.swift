@@ -1,6 +1,5 @@
 import PeerSyncCore
 import PeerSyncTransport
-import Synchronization
 
 /// Two connected ends made for one conformance case, and the hooks the suite needs.
 public struct TransportPair: Sendable {
@@ -841,7 +840,7 @@ public struct TransportConformanceSuite: Sendable {
 
 /// Connections opened by a case, closed at its end.
 private final class OpenConnections: Sendable {
-    private let list = Mutex<[any MessageConnection]>([])
+    private let list = LockedValue<[any MessageConnection]>([])
     func add(_ connection: any MessageConnection) { list.withLock { $0.append(connection) } }
     func closeAll(timeout: Duration) async {
         let all = list.withLock { list in

@@ -1,6 +1,5 @@
 import PeerSyncCore
 import PeerSyncTransport
-import Synchronization
 import Testing
 
 /// Polls `condition` until it holds; records an issue if it does not within 30 s (a hang

@@ -1,15 +1,20 @@
 import PeerSyncCore
 import PeerSyncTransport
 import PeerSyncTransportTesting
-import Synchronization
 import Testing
 
-/// The example custom transport passes the whole suite.
-@Suite struct ExamplePipeTransportConformance {
-    static let suite = TransportConformanceSuite(
-        transport: PipeTransport(),
-        listenOn: try! Endpoint(url: "pipe://example:0"),
-        drop: { ($0 as? PipeConnection)?.abort() })
+/// The example custom transport passes the whole suite (messages up to 4 MiB to keep the
+/// run light; the loopback suites cover 16 MiB).
+@Suite(.serialized) struct ExamplePipeTransportConformance {
+    static let suite: TransportConformanceSuite = {
+        var configuration = TransportConformanceSuite.Configuration()
+        configuration.largestMessage = 4 << 20
+        return TransportConformanceSuite(
+            transport: PipeTransport(),
+            listenOn: try! Endpoint(url: "pipe://example:0"),
+            configuration: configuration,
+            drop: { ($0 as? PipeConnection)?.abort() })
+    }()
 
     @Test(arguments: TransportConformanceSuite.caseNames)
     func conformance(_ name: String) async throws {
@@ -43,7 +48,7 @@ final class FaultyConnection: MessageConnection {
 
     let inner: any MessageConnection
     let fault: Fault
-    private let held = Mutex<TransportMessage?>(nil)
+    private let held = LockedValue<TransportMessage?>(nil)
     let hang: Hang
 
     init(_ inner: any MessageConnection, fault: Fault, hang: Hang) {
@@ -113,7 +118,7 @@ final class FaultyConnection: MessageConnection {
 
 /// Suspends callers, ignoring cancellation, until `release()`.
 final class Hang: Sendable {
-    private let waiters = Mutex<(released: Bool, list: [CheckedContinuation<Void, Never>])>((false, []))
+    private let waiters = LockedValue<(released: Bool, list: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
         await withCheckedContinuation { continuation in

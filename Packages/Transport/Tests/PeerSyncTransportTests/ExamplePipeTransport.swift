@@ -4,17 +4,33 @@
 // direction gives ordering, whole messages and backpressure; finishing the queues gives the
 // close semantics. The Transport README walks through it.
 
+import Foundation
 import PeerSyncCore
 import PeerSyncTransport
-import Synchronization
+
+/// A value guarded by an `NSLock`. (`Synchronization.Mutex` works as well, but on Linux
+/// ThreadSanitizer reports false races inside `Mutex.withLock`; a pthread-based lock keeps TSan
+/// runs meaningful.)
+final class Guarded<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value  // guarded by `lock`
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
 
 /// The shared state of one connection: a bounded inbox per end and the close info of each end.
 final class PipeLink: Sendable {
     /// `inboxes[i]` holds the messages for end `i`.
     let inboxes = [AsyncMessageQueue<TransportMessage>(maxCount: 32, maxBytes: 1 << 20),
                    AsyncMessageQueue<TransportMessage>(maxCount: 32, maxBytes: 1 << 20)]
-    /// The close info of each end. Guarded by this mutex.
-    let closeInfos = Mutex<[CloseInfo?]>([nil, nil])
+    /// The close info of each end.
+    let closeInfos = Guarded<[CloseInfo?]>([nil, nil])
 }
 
 final class PipeConnection: MessageConnection {
@@ -99,8 +115,8 @@ final class PipeRegistry: Sendable {
         var listeners: [String: PipeListener] = [:]
         var nextPort = 1
     }
-    /// Listeners by `host[:port]`. Guarded by this mutex.
-    let state = Mutex(State())
+    /// Listeners by `host[:port]`.
+    let state = Guarded(State())
 }
 
 struct PipeTransport: Transport {

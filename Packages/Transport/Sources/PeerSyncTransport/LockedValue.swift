@@ -1,0 +1,41 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A value guarded by a pthread mutex; the value is only reachable inside ``withLock(_:)``.
+///
+/// Used instead of `Synchronization.Mutex` because on Linux ThreadSanitizer does not see
+/// `Mutex`'s contended (futex) path and reports false "Swift access races" inside `withLock`;
+/// with a pthread mutex a TSan run of the transports (and of everything running over them) is
+/// meaningful. Shared by the PeerSync transport modules (`package` access).
+package final class LockedValue<Value>: @unchecked Sendable {
+    // `mutex` guards `value`. Allocated once, destroyed in deinit.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private var value: Value
+
+    package init(_ value: Value) {
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        // Default attributes: initialization cannot fail short of memory exhaustion.
+        _ = pthread_mutex_init(mutex, nil)
+        self.value = value
+    }
+
+    deinit {
+        _ = pthread_mutex_destroy(mutex)
+        mutex.deinitialize(count: 1)
+        mutex.deallocate()
+    }
+
+    /// Runs `body` with exclusive access to the value. Do not call back into the same lock,
+    /// suspend, or resume continuations inside `body`.
+    package func withLock<Result, E: Error>(_ body: (inout Value) throws(E) -> Result) throws(E) -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
