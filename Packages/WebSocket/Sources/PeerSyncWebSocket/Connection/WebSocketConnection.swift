@@ -300,30 +300,59 @@ final class WebSocketEngine: Sendable {
     private func readLoop(initialBytes: [UInt8]) async {
         var decoder = WebSocketFrameDecoder(role: role == .client ? .client : .server,
                                             maxMessageSize: configuration.maxMessageSize)
-        decoder.feed(initialBytes)
+        var events: [WebSocketFrameDecoder.Event] = []
         do {
-            while true {
-                while let event = try decoder.next() {
-                    switch event {
-                    case .text(let text):
-                        await deliver(.text(text))
-                    case .binary(let bytes):
-                        await deliver(.binary(bytes))
-                    case .ping(let payload):
-                        outbound.sendControl(controlFrame(.pong, payload))
-                    case .pong:
-                        break
-                    case .close(let code, let reason):
-                        await peerClosed(code: code, reason: reason)
+            if !initialBytes.isEmpty {
+                let failure = initialBytes.withUnsafeBytes { Self.decode($0, &decoder, &events) }
+                if await handle(events) { return }
+                if let failure { throw failure }
+            }
+            if let tcp = stream as? TCPStream {
+                // Fast path: read into a pooled buffer, decode straight from it.
+                while true {
+                    let scratch = ScratchBuffer.take()
+                    var drained = false
+                    var ended = false
+                    do {
+                        while !drained {
+                            guard let n = try tcp.readAvailable(into: scratch.bytes) else { break }
+                            if n == 0 {
+                                ended = true
+                                break
+                            }
+                            noteActivity()
+                            events.removeAll(keepingCapacity: true)
+                            let failure = Self.decode(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<n]), &decoder, &events)
+                            // A short read emptied the socket: wait instead of asking again.
+                            drained = n < scratch.bytes.count
+                            if await handle(events) {
+                                ScratchBuffer.giveBack(scratch)
+                                return
+                            }
+                            if let failure { throw failure }
+                        }
+                    } catch {
+                        ScratchBuffer.giveBack(scratch)
+                        throw error
+                    }
+                    ScratchBuffer.giveBack(scratch)
+                    if ended {
+                        await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the TCP connection without a WebSocket close"))
                         return
                     }
+                    try await tcp.waitUntilReadable()
                 }
+            }
+            while true {
                 guard let bytes = try await stream.read(maxBytes: 64 * 1024) else {
-                    await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the TCP connection without a WebSocket close"))
+                    await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the connection without a WebSocket close"))
                     return
                 }
                 noteActivity()
-                decoder.feed(bytes)
+                events.removeAll(keepingCapacity: true)
+                let failure = bytes.withUnsafeBytes { Self.decode($0, &decoder, &events) }
+                if await handle(events) { return }
+                if let failure { throw failure }
             }
         } catch let error as PeerSyncError where error.code == .protocolError || error.code == .invalidUTF8 || error.code == .tooLarge {
             await protocolViolation(error)
@@ -337,6 +366,38 @@ final class WebSocketEngine: Sendable {
         } catch {
             await finish(abnormal: PeerSyncError(.connectionReset, "the WebSocket connection broke: \(error)"))
         }
+    }
+
+    /// Decodes `bytes` into `events`; returns the decoding error (events before it are kept).
+    private static func decode(_ bytes: UnsafeRawBufferPointer, _ decoder: inout WebSocketFrameDecoder,
+                               _ events: inout [WebSocketFrameDecoder.Event]) -> PeerSyncError? {
+        do throws(PeerSyncError) {
+            try decoder.decode(bytes, into: &events)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// Acts on decoded events; returns true once the peer's close frame was handled (the
+    /// read loop then ends).
+    private func handle(_ events: [WebSocketFrameDecoder.Event]) async -> Bool {
+        for event in events {
+            switch event {
+            case .text(let text):
+                await deliver(.text(text))
+            case .binary(let bytes):
+                await deliver(.binary(bytes))
+            case .ping(let payload):
+                outbound.sendControl(controlFrame(.pong, payload))
+            case .pong:
+                break
+            case .close(let code, let reason):
+                await peerClosed(code: code, reason: reason)
+                return true
+            }
+        }
+        return false
     }
 
     private func deliver(_ message: TransportMessage) async {
