@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncTransport
 import Synchronization
@@ -116,7 +117,7 @@ final class WebSocketEngine: Sendable {
     let role: WebSocketRole
     let configuration: WebSocketConfiguration
     private let stream: any ByteStream
-    private let incoming: AsyncMessageQueue<TransportMessage>
+    private let incoming: InboundQueue
     private let outbound: OutboundQueue
     private let state = Mutex(State())
     private let lastActivity = Atomic<Int64>(monotonicNanoseconds())
@@ -134,8 +135,8 @@ final class WebSocketEngine: Sendable {
         self.stream = stream
         self.role = role
         self.configuration = configuration
-        incoming = AsyncMessageQueue(maxCount: configuration.receiveBufferMessages,
-                                     maxBytes: configuration.receiveBufferBytes)
+        incoming = InboundQueue(maxCount: configuration.receiveBufferMessages,
+                                maxBytes: configuration.receiveBufferBytes)
         outbound = OutboundQueue(limit: configuration.sendBufferBytes)
     }
 
@@ -343,8 +344,10 @@ final class WebSocketEngine: Sendable {
                     try await tcp.waitUntilReadable()
                 }
             }
+            // TLS hands out one record (at most 16 KiB) per read: ask for no more than that.
+            let readSize = stream is TLSStream ? 17 * 1024 : 64 * 1024
             while true {
-                guard let bytes = try await stream.read(maxBytes: 64 * 1024) else {
+                guard let bytes = try await stream.read(maxBytes: readSize) else {
                     await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the connection without a WebSocket close"))
                     return
                 }
@@ -380,29 +383,28 @@ final class WebSocketEngine: Sendable {
     }
 
     /// Acts on decoded events; returns true once the peer's close frame was handled (the
-    /// read loop then ends).
+    /// read loop then ends). Consecutive messages are handed to the receive queue as one batch
+    /// (after our own close the queue is finished and drops them).
     private func handle(_ events: [WebSocketFrameDecoder.Event]) async -> Bool {
+        var batch: [TransportMessage] = []
         for event in events {
             switch event {
             case .text(let text):
-                await deliver(.text(text))
+                batch.append(.text(text))
             case .binary(let bytes):
-                await deliver(.binary(bytes))
+                batch.append(.binary(bytes))
             case .ping(let payload):
                 outbound.sendControl(controlFrame(.pong, payload))
             case .pong:
                 break
             case .close(let code, let reason):
+                if !batch.isEmpty { await incoming.send(batch) }
                 await peerClosed(code: code, reason: reason)
                 return true
             }
         }
+        if !batch.isEmpty { await incoming.send(batch) }
         return false
-    }
-
-    private func deliver(_ message: TransportMessage) async {
-        // After our close, messages are dropped; the queue is finished and throws.
-        do { try await incoming.send(message) } catch {}
     }
 
     /// The peer's close frame arrived: answer it (if we did not close first), let the
