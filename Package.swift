@@ -148,6 +148,13 @@ let package = Package(
         library("PeerSyncWebSocket", folder: "WebSocket",
                 dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",
                                .target(name: "CEpoll", condition: .when(platforms: [.linux]))]),
+        // transport-bench: `peersync bench transport` until the lead folds it into the CLI.
+        .executableTarget(
+            name: "transport-bench",
+            dependencies: ["PeerSyncWebSocket", "PeerSyncLoopback", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"],
+            path: "Tools/transport-bench",
+            swiftSettings: swiftSettings
+        ),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
                              "PeerSyncAuth", "PeerSyncCore"]),

@@ -105,7 +105,7 @@ public enum IdentityCommand {
         if let ip = o.values["--ip"] { attributes[certAttrIPAddress] = ip }
         let store = o.keyStore
         try TLSKeyStore.validate(label: label)
-        if try store.identity(withLabel: label) != nil {
+        if try store.labels().contains(label) {
             throw PeerSyncError(.identityExists, "an identity with this label already exists", context: ["label": label])
         }
         let expiration = Date(timeIntervalSinceNow: TimeInterval(days) * 86400)
@@ -128,9 +128,19 @@ public enum IdentityCommand {
         let store = o.keyStore
         let formatter = ISO8601DateFormatter()
         for label in try store.labels() {
-            // Listing needs only public data: read the chain, not the key.
-            let text = try FileIO.readText(store.directory + "/" + label + ".pem") ?? ""
-            guard let cert = try Certificate.certificates(fromPEM: text).first else { continue }
+            // Listing needs only public data: read the chain, not the key. A damaged entry is
+            // reported in place and does not hide the others.
+            let cert: Certificate
+            do throws(PeerSyncError) {
+                let text = try FileIO.readText(store.directory + "/" + label + ".pem") ?? ""
+                guard let first = try Certificate.certificates(fromPEM: text).first else {
+                    throw PeerSyncError(.invalidCertificate, "no certificate in the file")
+                }
+                cert = first
+            } catch {
+                output("\(label)\tunreadable: \(oneLine(error.message))\n")
+                continue
+            }
             let kind = cert.isCertificateAuthority ? "ca" : cert.keyUsages.description
             let issuer = cert.isSelfSigned ? "self-signed" : "issuer=\(cert.issuerCommonName ?? cert.issuerName)"
             output("\(label)\tCN=\(cert.commonName ?? "")\t\(kind)\t\(issuer)\texpires=\(formatter.string(from: cert.notAfter))\t\(cert.peerID)\n")

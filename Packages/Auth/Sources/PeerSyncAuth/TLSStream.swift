@@ -337,7 +337,8 @@ final class SSLConnection: Sendable {
     func readStep(maxBytes: Int) -> ([UInt8]?, SSLStep) {
         state.withLock { s in
             if let failure = s.failure { return (nil, .failed(failure)) }
-            let capacity = min(maxBytes, 1 << 20)
+            // SSL_read returns at most one record's plaintext (16 KiB).
+            let capacity = min(maxBytes, 16 * 1024)
             var buffer = [UInt8](repeating: 0, count: capacity)
             OpenSSL.clearErrors()
             let rc = buffer.withUnsafeMutableBytes { SSL_read(s.ssl, $0.baseAddress, Int32($0.count)) }

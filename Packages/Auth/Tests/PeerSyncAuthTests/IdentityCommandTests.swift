@@ -61,6 +61,13 @@ import Testing
         r = Self.run(["delete", "--label", "node1-copy"] + ks)
         #expect(r.status == 0)
         #expect(try store.labels() == ["node1", "root", "solo"])
+
+        // A damaged entry is listed as such; the others still show.
+        try "junk".write(toFile: dir.file("ks/solo.pem"), atomically: true, encoding: .utf8)
+        r = Self.run(["list"] + ks)
+        #expect(r.status == 0)
+        #expect(r.out.contains("solo\tunreadable: "))
+        #expect(r.out.contains("node1\tCN=node1"))
     }
 
     @Test func failuresExitOneWithOneLine() throws {

@@ -148,6 +148,9 @@ enum Payload {
 
     /// `count` pseudo-random bytes determined by `seed`.
     static func bytes(seed: UInt64, count: Int) -> [UInt8] {
+        // (`Array(unsafeUninitializedCapacity: 0)` writes into the shared empty-array storage,
+        // which ThreadSanitizer reports as a race.)
+        guard count > 0 else { return [] }
         var generator = Generator(state: seed)
         return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
             let raw = UnsafeMutableRawBufferPointer(buffer)
