@@ -92,6 +92,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Packages/SQLite/Sources/CSQLite",
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
+        tests("PeerSyncSQLiteTests", folder: "SQLite",
+              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore"]),
 
         // MARK: LMDB
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
@@ -100,8 +102,22 @@ let package = Package(
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
+        // Child process of the multi-process database tests; a dependency of the tests so that
+        // it is always built next to them.
+        .executableTarget(
+            name: "database-test-child",
+            dependencies: [
+                "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Packages/Database/Tests/DatabaseTestChild",
+            swiftSettings: swiftSettings
+        ),
         tests("PeerSyncDatabaseTests", folder: "Database",
-              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore"]),
+              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "database-test-child",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                             .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"]))]),
 
         // MARK: Transport
         library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
@@ -150,10 +166,22 @@ let package = Package(
         ),
 
         // MARK: Cross-package tests
+        // The child process of the multi-process storage conformance cases (picks a backend
+        // by name); a dependency of StorageConformanceTests so that it is always built.
+        .executableTarget(
+            name: "storage-conformance-child",
+            dependencies: [
+                "PeerSyncStorage", "PeerSyncStorageTesting",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Tests/StorageConformanceChild",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "StorageConformanceTests",
             dependencies: [
-                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore",
+                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore", "storage-conformance-child",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],

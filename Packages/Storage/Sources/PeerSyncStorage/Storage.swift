@@ -135,6 +135,7 @@ public protocol Storage: AnyObject, Sendable {
     /// The directory the store lives in.
     var directory: String { get }
     func read<R>(_ body: (any StorageReader) throws -> R) throws -> R
+    @discardableResult
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R
     /// Closes the store. Later calls throw ``PeerSyncError/Code/closed``. Idempotent.
     func close() throws
