@@ -122,6 +122,8 @@ let package = Package(
         // MARK: Transport
         library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
         library("PeerSyncTransportTesting", folder: "Transport", dependencies: ["PeerSyncTransport", "PeerSyncCore"]),
+        tests("PeerSyncTransportTests", folder: "Transport",
+              dependencies: ["PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore"]),
 
         // MARK: Loopback
         library("PeerSyncLoopback", folder: "Loopback", dependencies: ["PeerSyncTransport", "PeerSyncCore"]),

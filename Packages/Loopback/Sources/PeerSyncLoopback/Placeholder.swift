@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncLoopback is written; replaced by the package's sources.

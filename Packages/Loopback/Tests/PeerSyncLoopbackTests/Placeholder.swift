@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncLoopbackTests is written; replaced by the package's sources.

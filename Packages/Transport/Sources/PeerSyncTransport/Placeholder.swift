@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncTransport is written; replaced by the package's sources.

@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncTransportTesting is written; replaced by the package's sources.
