@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncAuth is written; replaced by the package's sources.

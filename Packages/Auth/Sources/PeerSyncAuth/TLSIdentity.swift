@@ -1,0 +1,333 @@
+internal import COpenSSL
+import Foundation
+import PeerSyncCore
+
+// Certificate attribute keys (Couchbase Lite's `certAttr...` constants) for
+// `TLSIdentity.createIdentity(for:attributes:...)`. The first group goes into the subject
+// name, the second into the subject alternative name extension.
+
+/// Common name (CN). Required.
+public let certAttrCommonName = "CN"
+public let certAttrPseudonym = "pseudonym"
+public let certAttrGivenName = "GN"
+public let certAttrSurname = "SN"
+public let certAttrOrganization = "O"
+public let certAttrOrganizationUnit = "OU"
+public let certAttrPostalAddress = "postalAddress"
+public let certAttrLocality = "locality"
+public let certAttrPostalCode = "postalCode"
+public let certAttrStateOrProvince = "ST"
+public let certAttrCountry = "C"
+/// E-mail address (subject alternative name `email:`).
+public let certAttrEmailAddress = "rfc822Name"
+/// DNS host name (subject alternative name `DNS:`); TLS clients check it against the host.
+public let certAttrHostname = "dNSName"
+/// URL (subject alternative name `URI:`).
+public let certAttrURL = "uniformResourceIdentifier"
+/// IPv4 or IPv6 address (subject alternative name `IP:`).
+public let certAttrIPAddress = "iPAddress"
+
+/// The key algorithm of a new identity.
+public enum KeyType: Sendable, Hashable {
+    /// ECDSA on NIST P-256 (the default: small, fast, universally supported by TLS 1.2/1.3).
+    case p256
+    /// RSA with the given modulus size (2048...8192).
+    case rsa(bits: Int)
+}
+
+/// A certificate chain and its private key: what a TLS endpoint presents to its peer
+/// (Couchbase Lite's `TLSIdentity`).
+///
+/// ``certs`` is leaf first, followed by the issuers (CA-issued identities carry their issuer
+/// chain, so peers that trust the root can build the path). The private key never leaves the
+/// value except through ``privateKeyPEM(password:)`` and ``exportPKCS12(password:)``.
+/// Values are immutable and thread-safe.
+public struct TLSIdentity: Sendable {
+    /// The certificate chain, leaf first.
+    public let certs: [Certificate]
+    let privateKey: PrivateKey
+
+    /// The leaf certificate.
+    public var certificate: Certificate { certs[0] }
+    /// When the leaf certificate expires.
+    public var expiration: Date { certificate.notAfter }
+    /// The peer ID: hexadecimal SHA-256 of the leaf certificate.
+    public var peerID: String { certificate.peerID }
+
+    init(certs: [Certificate], privateKey: PrivateKey) {
+        self.certs = certs
+        self.privateKey = privateKey
+    }
+
+    // MARK: Creation
+
+    /// The default lifetime of a new identity when `expiration` is nil: 365 days.
+    public static let defaultLifetime: TimeInterval = 365 * 24 * 3600
+
+    /// Creates an identity with a new key pair: self-signed, or signed by `issuer`.
+    ///
+    /// - Parameters:
+    ///   - keyUsages: `.serverAuth`, `.clientAuth` or both (mesh peers need both). Must not be empty.
+    ///   - attributes: subject attributes keyed by the `certAttr...` constants;
+    ///     ``certAttrCommonName`` is required. Unknown keys are an error.
+    ///   - expiration: end of validity; default ``defaultLifetime`` from now.
+    ///   - issuer: a CA identity (see ``createIssuer(attributes:expiration:issuer:notBefore:keyType:)``)
+    ///     that signs the new certificate; `nil` makes it self-signed.
+    ///   - notBefore: start of validity; default 60 seconds ago (tolerates clock skew).
+    ///   - keyType: default ``KeyType/p256``.
+    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for bad attributes, dates or issuer;
+    ///   ``PeerSyncError/Code/cryptoFailure`` if OpenSSL fails.
+    public static func createIdentity(for keyUsages: KeyUsages, attributes: [String: String],
+                                      expiration: Date? = nil, issuer: TLSIdentity? = nil,
+                                      notBefore: Date? = nil, keyType: KeyType = .p256) throws(PeerSyncError) -> TLSIdentity {
+        guard !keyUsages.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "an identity needs at least one key usage (server, client or both)")
+        }
+        return try build(usages: keyUsages, isCA: false, attributes: attributes, expiration: expiration,
+                         issuer: issuer, notBefore: notBefore, keyType: keyType)
+    }
+
+    /// Creates a certificate authority identity (basicConstraints `CA:TRUE`, key usage
+    /// `keyCertSign`): self-signed (a root) or, with `issuer`, an intermediate CA. Use it as
+    /// the `issuer` of ``createIdentity(for:attributes:expiration:issuer:notBefore:keyType:)``
+    /// and give its certificate to peers as a trusted root.
+    public static func createIssuer(attributes: [String: String], expiration: Date? = nil,
+                                    issuer: TLSIdentity? = nil, notBefore: Date? = nil,
+                                    keyType: KeyType = .p256) throws(PeerSyncError) -> TLSIdentity {
+        try build(usages: [], isCA: true, attributes: attributes, expiration: expiration,
+                  issuer: issuer, notBefore: notBefore, keyType: keyType)
+    }
+
+    private static let subjectKeys: [String: String] = [
+        certAttrCommonName: "CN", certAttrPseudonym: "pseudonym", certAttrGivenName: "GN",
+        certAttrSurname: "SN", certAttrOrganization: "O", certAttrOrganizationUnit: "OU",
+        certAttrPostalAddress: "postalAddress", certAttrLocality: "L", certAttrPostalCode: "postalCode",
+        certAttrStateOrProvince: "ST", certAttrCountry: "C",
+    ]
+    private static let altNameKeys: [String: String] = [
+        certAttrEmailAddress: "email", certAttrHostname: "DNS", certAttrURL: "URI", certAttrIPAddress: "IP",
+    ]
+    /// Subject fields in a stable order.
+    private static let subjectOrder = [certAttrCountry, certAttrStateOrProvince, certAttrLocality,
+                                       certAttrPostalCode, certAttrPostalAddress, certAttrOrganization,
+                                       certAttrOrganizationUnit, certAttrSurname, certAttrGivenName,
+                                       certAttrPseudonym, certAttrCommonName]
+
+    private static func build(usages: KeyUsages, isCA: Bool, attributes: [String: String], expiration: Date?,
+                              issuer: TLSIdentity?, notBefore: Date?, keyType: KeyType) throws(PeerSyncError) -> TLSIdentity {
+        // Validate input before any OpenSSL work.
+        for key in attributes.keys where subjectKeys[key] == nil && altNameKeys[key] == nil {
+            throw PeerSyncError(.invalidArgument, "unknown certificate attribute '\(key)'")
+        }
+        guard let cn = attributes[certAttrCommonName], !cn.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "certificate attributes need a common name (certAttrCommonName)")
+        }
+        for (key, value) in attributes {
+            guard !value.isEmpty, value.utf8.count <= 1024 else {
+                throw PeerSyncError(.invalidArgument, "certificate attribute '\(key)' is empty or too long")
+            }
+            if altNameKeys[key] != nil, value.contains(where: { $0 == "," || $0.isNewline || $0 == "\0" }) {
+                throw PeerSyncError(.invalidArgument, "certificate attribute '\(key)' must not contain commas or line breaks")
+            }
+            if key == certAttrIPAddress, !IPAddress.isLiteral(value) {
+                throw PeerSyncError(.invalidArgument, "'\(value)' is not an IP address")
+            }
+            if key == certAttrCountry, value.utf8.count != 2 {
+                throw PeerSyncError(.invalidArgument, "the country attribute must be a two-letter code")
+            }
+        }
+        let start = notBefore ?? Date(timeIntervalSinceNow: -60)
+        let end = expiration ?? Date(timeIntervalSinceNow: defaultLifetime)
+        guard end > start else {
+            throw PeerSyncError(.invalidArgument, "expiration must be later than the start of validity")
+        }
+        if let issuer {
+            guard issuer.certificate.isCertificateAuthority else {
+                throw PeerSyncError(.invalidArgument, "the issuer identity is not a certificate authority",
+                                    context: ["issuer": issuer.certificate.subjectName])
+            }
+        }
+
+        let key = try PrivateKey.generate(keyType)
+        OpenSSL.clearErrors()
+        let x = X509Handle(owning: try OpenSSL.check(X509_new(), "X509_new"))
+        try OpenSSL.check(X509_set_version(x.pointer, 2), "X509_set_version")
+
+        // Serial: 128 random bits, positive.
+        var serialBytes = try randomBytes(16)
+        serialBytes[0] = (serialBytes[0] & 0x7F) | 0x01
+        let bn = try OpenSSL.check(BN_bin2bn(serialBytes, Int32(serialBytes.count), nil), "BN_bin2bn")
+        defer { BN_free(bn) }
+        let serial = try OpenSSL.check(BN_to_ASN1_INTEGER(bn, nil), "BN_to_ASN1_INTEGER")
+        defer { ASN1_INTEGER_free(serial) }
+        try OpenSSL.check(X509_set_serialNumber(x.pointer, serial), "X509_set_serialNumber")
+
+        try OpenSSL.check(ASN1_TIME_set(X509_getm_notBefore(x.pointer), time_t(start.timeIntervalSince1970)),
+                          "ASN1_TIME_set(notBefore)")
+        try OpenSSL.check(ASN1_TIME_set(X509_getm_notAfter(x.pointer), time_t(end.timeIntervalSince1970)),
+                          "ASN1_TIME_set(notAfter)")
+
+        let name = try OpenSSL.check(X509_get_subject_name(x.pointer), "X509_get_subject_name")
+        for attr in subjectOrder {
+            guard let value = attributes[attr], let field = subjectKeys[attr] else { continue }
+            let bytes = Array(value.utf8)
+            try OpenSSL.check(X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8, bytes, Int32(bytes.count), -1, 0),
+                              "certificate attribute '\(attr)' is not valid", code: .invalidArgument)
+        }
+        try OpenSSL.check(X509_set_pubkey(x.pointer, key.pointer), "X509_set_pubkey")
+
+        let issuerHandle = try issuer?.certificate.handle()
+        let issuerX = issuerHandle?.pointer ?? x.pointer
+        try OpenSSL.check(X509_set_issuer_name(x.pointer, X509_get_subject_name(issuerX)), "X509_set_issuer_name")
+
+        var extensions: [(Int32, String)] = []
+        if isCA {
+            extensions.append((NID_basic_constraints, "critical,CA:TRUE"))
+            extensions.append((NID_key_usage, "critical,keyCertSign,cRLSign,digitalSignature"))
+        } else {
+            extensions.append((NID_basic_constraints, "critical,CA:FALSE"))
+            extensions.append((NID_key_usage, key.isRSA ? "critical,digitalSignature,keyEncipherment"
+                                                        : "critical,digitalSignature"))
+            var eku: [String] = []
+            if usages.contains(.serverAuth) { eku.append("serverAuth") }
+            if usages.contains(.clientAuth) { eku.append("clientAuth") }
+            extensions.append((NID_ext_key_usage, eku.joined(separator: ",")))
+        }
+        extensions.append((NID_subject_key_identifier, "hash"))
+        if issuer != nil { extensions.append((NID_authority_key_identifier, "keyid:always")) }
+        let altNames = altNameKeys.keys.sorted().compactMap { attr -> String? in
+            guard let value = attributes[attr], let prefix = altNameKeys[attr] else { return nil }
+            return "\(prefix):\(value)"
+        }
+        if !altNames.isEmpty { extensions.append((NID_subject_alt_name, altNames.joined(separator: ","))) }
+        for (nid, value) in extensions {
+            let ext = try OpenSSL.check(peersync_X509V3_ext(issuerX, x.pointer, nid, value),
+                                        "certificate extension '\(value)' is not valid", code: .invalidArgument)
+            defer { X509_EXTENSION_free(ext) }
+            try OpenSSL.check(X509_add_ext(x.pointer, ext, -1), "X509_add_ext")
+        }
+
+        let signer = issuer?.privateKey ?? key
+        try OpenSSL.check(X509_sign(x.pointer, signer.pointer, EVP_sha256()), "X509_sign", succeeded: { $0 > 0 })
+        let leaf = try Certificate(handle: x)
+        return TLSIdentity(certs: [leaf] + (issuer?.certs ?? []), privateKey: key)
+    }
+
+    // MARK: Import
+
+    /// Builds an identity from certificates and a PEM private key (PKCS#8, encrypted PKCS#8
+    /// or traditional EC/RSA). The certificate matching the key becomes the leaf; the others
+    /// are ordered leaf → root as far as their names allow.
+    /// - Throws: ``PeerSyncError/Code/invalidCertificate`` when no certificate matches the key,
+    ///   ``PeerSyncError/Code/wrongPassword`` when the key cannot be decrypted.
+    public init(certificates: [Certificate], privateKeyPEM: String, password: String? = nil) throws(PeerSyncError) {
+        let key = try PrivateKey.fromPEM(privateKeyPEM, password: password)
+        self = try TLSIdentity.assemble(certificates: certificates, key: key)
+    }
+
+    /// Imports an identity from PKCS#12 bytes (password-protected) or from PEM text holding
+    /// the certificate chain and the private key (encrypted with `password`, or not). The
+    /// format is detected from the bytes (Couchbase Lite's `importIdentity(withData:password:)`).
+    public static func importIdentity(withData data: [UInt8], password: String?) throws(PeerSyncError) -> TLSIdentity {
+        let prefix = data.prefix(64).drop(while: { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 })
+        if prefix.starts(with: Array("-----BEGIN".utf8)) {
+            guard let text = String(validating: data, as: UTF8.self) else {
+                throw PeerSyncError(.invalidCertificate, "PEM text is not valid UTF-8")
+            }
+            let certificates = try Certificate.certificates(fromPEM: text)
+            return try TLSIdentity(certificates: certificates, privateKeyPEM: text, password: password)
+        }
+        return try importPKCS12(data, password: password ?? "")
+    }
+
+    private static func importPKCS12(_ data: [UInt8], password: String) throws(PeerSyncError) -> TLSIdentity {
+        guard !data.isEmpty, data.count < 16 << 20 else {
+            throw PeerSyncError(.invalidCertificate, "PKCS#12 data is empty or larger than 16 MiB")
+        }
+        OpenSSL.clearErrors()
+        let parsed: OpaquePointer? = data.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            return d2i_PKCS12(nil, &cursor, buffer.count)
+        }
+        let p12 = try OpenSSL.check(parsed, "not a PKCS#12 file (nor PEM text)", code: .invalidCertificate)
+        defer { PKCS12_free(p12) }
+        if PKCS12_mac_present(p12) == 1 {
+            try OpenSSL.check(PKCS12_verify_mac(p12, password, -1), "the password does not open the PKCS#12 file",
+                              code: .wrongPassword)
+        }
+        var keyPointer: OpaquePointer? = nil
+        var certPointer: OpaquePointer? = nil
+        var caPointer: OpaquePointer? = nil
+        let rc = PKCS12_parse(p12, password, &keyPointer, &certPointer, &caPointer)
+        let key = keyPointer.map(PrivateKey.init(owning:))
+        let leaf = certPointer.map(X509Handle.init(owning:))
+        let extra = X509Stack.handles(of: caPointer)
+        if let caPointer { peersync_sk_X509_pop_free(caPointer) }
+        try OpenSSL.check(rc, "cannot read the PKCS#12 contents (unsupported encryption or corrupt file)",
+                          code: .invalidCertificate)
+        guard let key else { throw PeerSyncError(.invalidCertificate, "the PKCS#12 file holds no private key") }
+        var certificates: [Certificate] = []
+        for handle in (leaf.map { [$0] } ?? []) + extra { certificates.append(try Certificate(handle: handle)) }
+        return try assemble(certificates: certificates, key: key)
+    }
+
+    private static func assemble(certificates: [Certificate], key: PrivateKey) throws(PeerSyncError) -> TLSIdentity {
+        var leafIndex: Int? = nil
+        for (i, cert) in certificates.enumerated() where key.matches(try cert.handle()) {
+            leafIndex = i
+            break
+        }
+        guard let leafIndex else {
+            throw PeerSyncError(.invalidCertificate, certificates.isEmpty ? "no certificate was given with the private key"
+                                                                          : "no certificate matches the private key")
+        }
+        var remaining = certificates
+        var chain = [remaining.remove(at: leafIndex)]
+        // Follow issuer names leaf → root; unrelated extra certificates are kept at the end.
+        while let last = chain.last, !last.isSelfSigned,
+              let next = remaining.firstIndex(where: { $0.subjectName == last.issuerName }) {
+            chain.append(remaining.remove(at: next))
+        }
+        var seen = Set<Certificate>()
+        chain = (chain + remaining).filter { seen.insert($0).inserted }
+        return TLSIdentity(certs: chain, privateKey: key)
+    }
+
+    // MARK: Export
+
+    /// The certificate chain as PEM text (leaf first). Never includes the private key.
+    public func certificatesPEM() -> String { certs.map(\.pemString).joined() }
+
+    /// The private key as PKCS#8 PEM, encrypted with AES-256-CBC under `password`
+    /// (PBES2/PBKDF2-HMAC-SHA256). `nil` writes it unencrypted: handle such text like a password.
+    public func privateKeyPEM(password: String?) throws(PeerSyncError) -> String {
+        try privateKey.pem(password: password)
+    }
+
+    /// A PKCS#12 file with the key and the whole chain, protected by `password`
+    /// (OpenSSL 3 defaults: AES-256-CBC, PBKDF2, HMAC-SHA256 MAC). `friendlyName` labels the
+    /// key bag (default: the leaf's common name).
+    public func exportPKCS12(password: String, friendlyName: String? = nil) throws(PeerSyncError) -> [UInt8] {
+        guard !password.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "a PKCS#12 export needs a non-empty password")
+        }
+        let leaf = try certificate.handle()
+        var extras: [X509Handle] = []
+        for cert in certs.dropFirst() { extras.append(try cert.handle()) }
+        let stack = try X509Stack(extras)
+        OpenSSL.clearErrors()
+        let name = friendlyName ?? certificate.commonName ?? "identity"
+        let p12 = try OpenSSL.check(PKCS12_create(password, name, privateKey.pointer, leaf.pointer, stack.pointer,
+                                                  0, 0, 0, 0, 0), "PKCS12_create")
+        defer { PKCS12_free(p12) }
+        let length = i2d_PKCS12(p12, nil)
+        try OpenSSL.check(length, "i2d_PKCS12", succeeded: { $0 > 0 })
+        var out = [UInt8](repeating: 0, count: Int(length))
+        let written = out.withUnsafeMutableBufferPointer { buffer in
+            var cursor = buffer.baseAddress
+            return i2d_PKCS12(p12, &cursor)
+        }
+        try OpenSSL.check(written, "i2d_PKCS12", succeeded: { $0 == length })
+        return out
+    }
+}

@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncAuthTests is written; replaced by the package's sources.
