@@ -235,6 +235,16 @@ extension Collection {
         }
     }
 
+    /// A ``Document`` value for a revision that is not (or not yet) current: a pulled
+    /// revision shown to a pull filter, or either side of a conflict shown to a resolver.
+    /// Nothing is read or saved; its blobs resolve against this database.
+    public func makeDocument(id: String, revisionID: RevisionID, properties: [String: JSONValue],
+                             isDeleted: Bool) -> Document {
+        Document(id: id, revisionID: revisionID.description, sequence: 0, isDeleted: isDeleted,
+                 collectionName: spec.name, scopeName: spec.scope, properties: properties,
+                 blobStore: database.blobStore)
+    }
+
     /// Closes a conflict without purging anything (the replicator's convergent resolution):
     /// the losing leaf, if given and live, gets a tombstone child (its ID computed from its
     /// parent, so every peer closing the same conflict makes the same revision), both branches
