@@ -18,6 +18,7 @@
 // | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
+// | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport, Auth | —             |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 //
@@ -69,6 +70,7 @@ let package = Package(
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
+        .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
     ],
@@ -164,6 +166,13 @@ let package = Package(
                        pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         library("PeerSyncBLIP", folder: "BLIP", dependencies: ["PeerSyncCore", "CZlib"]),
         tests("PeerSyncBLIPTests", folder: "BLIP", dependencies: ["PeerSyncBLIP", "PeerSyncCore"]),
+
+        // MARK: Replicator
+        library("PeerSyncReplicator", folder: "Replicator",
+                dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+        tests("PeerSyncReplicatorTests", folder: "Replicator",
+              dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
+                             "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncAuth", "PeerSyncCore"]),
 
         // MARK: Umbrella and CLI
         .target(
