@@ -19,6 +19,7 @@
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport, Auth | —             |
+// | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 //
@@ -71,6 +72,7 @@ let package = Package(
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
+        .library(name: "PeerSyncListener", targets: ["PeerSyncListener"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
     ],
@@ -174,6 +176,16 @@ let package = Package(
               dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
                              "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncAuth", "PeerSyncCore"]),
 
+        // MARK: Listener
+        library("PeerSyncListener", folder: "Listener",
+                dependencies: ["PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth", "PeerSyncDatabase",
+                               "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
+        // The end-to-end tests run `peersync serve` / `peersync sync` as child processes.
+        tests("PeerSyncListenerTests", folder: "Listener",
+              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth",
+                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "peersync",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
+
         // MARK: Umbrella and CLI
         .target(
             name: "PeerSync",
@@ -187,7 +199,12 @@ let package = Package(
         ),
         .executableTarget(
             name: "peersync",
-            dependencies: ["PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase"],
+            dependencies: [
+                "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
+                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
             path: "Tools/peersync",
             swiftSettings: swiftSettings
         ),
