@@ -340,8 +340,19 @@ actor ReplicationSession {
     }
 
     private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws {
-        var round = changes.map { Proposal(docID: $0.docID, revID: $0.revID, deleted: $0.deleted,
-                                           serverRev: remoteRevs[index]?[$0.docID], sequence: $0.sequence) }
+        var round: [Proposal] = []
+        for c in changes {
+            var p = Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted,
+                             serverRev: remoteRevs[index]?[c.docID], sequence: c.sequence)
+            // The serverRevID must be an ancestor of what is proposed; when the peer's
+            // revision is on a branch closed locally, its tombstone goes first.
+            if let known = p.serverRev, let revs = try await sc.collection.revisions(of: c.docID),
+               !(revs.history(of: c.revID) ?? []).contains(known) {
+                p = try await resolvePushConflict(sc: sc, p, serverRev: known)
+                    ?? Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted, serverRev: nil, sequence: c.sequence)
+            }
+            round.append(p)
+        }
         var results: [ReplicatedDocument] = []
         var attempts = 0
         while !round.isEmpty {

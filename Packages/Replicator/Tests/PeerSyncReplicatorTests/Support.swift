@@ -145,3 +145,7 @@ final class EventLog: Sendable {
     let events = Mutex<[DocumentReplication]>([])
     var documents: [ReplicatedDocument] { events.withLock { $0.flatMap(\.documents) } }
 }
+
+final class Counter: Sendable {
+    let value = Mutex(0)
+}
