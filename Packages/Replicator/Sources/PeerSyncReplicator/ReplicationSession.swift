@@ -290,6 +290,7 @@ actor ReplicationSession {
         var iterator = stream?.makeAsyncIterator()
         var since = start
         var sentCaughtUp = false
+        var firstFailure: UInt64?
         while !closed, !Task.isCancelled {
             let changes = try await sc.collection.changes(since: since, limit: batchSize)
             if changes.isEmpty {
@@ -318,14 +319,18 @@ actor ReplicationSession {
             }
             events.progress(0, candidates.count)
             if !candidates.isEmpty {
+                let failed: [UInt64]
                 switch mode {
-                case .propose: try await proposeBatch(index: index, sc: sc, candidates)
-                case .changes: try await changesBatch(index: index, sc: sc, candidates)
+                case .propose: failed = try await proposeBatch(index: index, sc: sc, candidates)
+                case .changes: failed = try await changesBatch(index: index, sc: sc, candidates)
                 }
+                if let low = failed.min() { firstFailure = min(firstFailure ?? low, low) }
             }
             events.progress(candidates.count, 0)
             since = changes.last?.sequence ?? since
-            await progress(since)
+            // The checkpoint never passes a revision that failed (e.g. refused as a conflict):
+            // the next run proposes it again.
+            await progress(firstFailure.map { min(since, $0 - 1) } ?? since)
         }
     }
 
@@ -339,9 +344,22 @@ actor ReplicationSession {
         var then: RevisionID?
     }
 
-    private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws {
-        var round = changes.map { Proposal(docID: $0.docID, revID: $0.revID, deleted: $0.deleted,
-                                           serverRev: remoteRevs[index]?[$0.docID], sequence: $0.sequence) }
+    /// Returns the sequences of the changes that failed.
+    private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
+        var failed: [UInt64] = []
+        var round: [Proposal] = []
+        for c in changes {
+            var p = Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted,
+                             serverRev: remoteRevs[index]?[c.docID], sequence: c.sequence)
+            // The serverRevID must be an ancestor of what is proposed; when the peer's
+            // revision is on a branch closed locally, its tombstone goes first.
+            if let known = p.serverRev, let revs = try await sc.collection.revisions(of: c.docID),
+               !(revs.history(of: c.revID) ?? []).contains(known) {
+                p = try await resolvePushConflict(sc: sc, p, serverRev: known)
+                    ?? Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted, serverRev: nil, sequence: c.sequence)
+            }
+            round.append(p)
+        }
         var results: [ReplicatedDocument] = []
         var attempts = 0
         while !round.isEmpty {
@@ -369,11 +387,13 @@ actor ReplicationSession {
                     if attempts < 4, let serverRev, let fix = try await resolvePushConflict(sc: sc, p, serverRev: serverRev) {
                         next.append(fix)
                     } else {
+                        failed.append(p.sequence)
                         results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName, flags: p.deleted ? .deleted : [],
                                                           error: PeerSyncError(.conflict, "the peer has a conflicting revision; it is resolved when pulled",
                                                                                context: ["docID": p.docID, "status": "409"])))
                     }
                 default:
+                    failed.append(p.sequence)
                     results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName, flags: p.deleted ? .deleted : [],
                                                       error: PeerSyncError(.replicationFailed, "the peer rejected the revision",
                                                                            context: ["docID": p.docID, "status": String(status)])))
@@ -401,12 +421,14 @@ actor ReplicationSession {
                         continue
                     }
                 }
+                if error != nil { failed.append(p.sequence) }
                 results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName,
                                                   flags: p.deleted ? .deleted : [], error: error))
             }
             round = next
         }
         if !results.isEmpty { events.documents(DocumentReplication(isPush: true, documents: results)) }
+        return failed
     }
 
     /// After a 409 naming the peer's current revision: the next proposal that can make
@@ -429,7 +451,7 @@ actor ReplicationSession {
         return nil
     }
 
-    private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws {
+    private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
         let body: JSONValue = .array(changes.map { c in
             var entry: [JSONValue] = [.int(Int64(c.sequence)), .string(c.docID), .string(c.revID.description)]
             if c.deleted { entry.append(.int(1)) }
@@ -460,6 +482,7 @@ actor ReplicationSession {
             docs.append(ReplicatedDocument(id: c.docID, collection: sc.collection.fullName, flags: c.deleted ? .deleted : [], error: error))
         }
         if !docs.isEmpty { events.documents(DocumentReplication(isPush: true, documents: docs)) }
+        return outcomes.filter { $0.1 != nil }.map(\.0.sequence)
     }
 
     /// Sends one `rev`; returns the per-document error (nil on success). Transport failures throw.
