@@ -18,6 +18,8 @@
 // | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
+// | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport, Auth | —             |
+// | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 //
@@ -69,6 +71,8 @@ let package = Package(
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
+        .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
+        .library(name: "PeerSyncListener", targets: ["PeerSyncListener"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
         .executable(name: "example-tasklist", targets: ["example-tasklist"]),
@@ -149,6 +153,13 @@ let package = Package(
         library("PeerSyncWebSocket", folder: "WebSocket",
                 dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",
                                .target(name: "CEpoll", condition: .when(platforms: [.linux]))]),
+        // transport-bench: `peersync bench transport` until the lead folds it into the CLI.
+        .executableTarget(
+            name: "transport-bench",
+            dependencies: ["PeerSyncWebSocket", "PeerSyncLoopback", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"],
+            path: "Tools/transport-bench",
+            swiftSettings: swiftSettings
+        ),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
                              "PeerSyncAuth", "PeerSyncCore"]),
@@ -158,6 +169,23 @@ let package = Package(
                        pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         library("PeerSyncBLIP", folder: "BLIP", dependencies: ["PeerSyncCore", "CZlib"]),
         tests("PeerSyncBLIPTests", folder: "BLIP", dependencies: ["PeerSyncBLIP", "PeerSyncCore"]),
+
+        // MARK: Replicator
+        library("PeerSyncReplicator", folder: "Replicator",
+                dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+        tests("PeerSyncReplicatorTests", folder: "Replicator",
+              dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
+                             "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncAuth", "PeerSyncCore"]),
+
+        // MARK: Listener
+        library("PeerSyncListener", folder: "Listener",
+                dependencies: ["PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth", "PeerSyncDatabase",
+                               "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
+        // The end-to-end tests run `peersync serve` / `peersync sync` as child processes.
+        tests("PeerSyncListenerTests", folder: "Listener",
+              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth",
+                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "peersync",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
         // MARK: Umbrella and CLI
         .target(
@@ -174,6 +202,7 @@ let package = Package(
             name: "peersync",
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
+                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],

@@ -19,6 +19,13 @@ struct PeerSyncCLI {
         export               print every document as JSON Lines with "_id"
         info [--json]        backend, collections, counts, last sequence
         check                integrity check (non-zero exit on any inconsistency)
+        serve [--port P] [--no-tls] [--identity LABEL] [--keystore DIR] [--user U --password P]
+              [--read-only] [--delta-sync] [--name DBNAME] [--interface IF]
+                             run a listener (passive peer); prints "listening on <url>"
+        sync URL [--push|--pull] [--continuous] [--user U --password P]
+             [--identity LABEL --keystore DIR] [--pinned-cert FILE | --self-signed-only | --ca FILE]
+             [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset]
+                             replicate with a listener (active peer)
         watch [--count N] [--timeout S]
                              print changes live, also other processes' (until N distinct docs changed)
       peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]
@@ -35,6 +42,10 @@ struct PeerSyncCLI {
         let code: Int32
         do {
             code = try await run(args)
+        } catch let error as ReplicationCLIUsageError {
+            printError("peersync: \(error.message)")
+            printError("run 'peersync --help' for usage")
+            code = 2
         } catch let error as UsageError {
             printError("peersync: \(error.message)")
             printError("run 'peersync --help' for usage")
@@ -61,8 +72,22 @@ struct PeerSyncCLI {
         case "identity":
             return IdentityCommand.run(Array(args.dropFirst()))
         default:
-            return try await DatabaseCommands.run(args)
+            switch commandName(in: args) {
+            case "serve": return try await ServeCommand.run(args)
+            case "sync": return try await SyncCommand.run(args)
+            default: return try await DatabaseCommands.run(args)
+            }
         }
+    }
+
+    /// The first word after the global options (`--db`, `--backend`, `--collection` and their values).
+    static func commandName(in args: [String]) -> String? {
+        var i = 0
+        while i < args.count {
+            if ["--db", "--backend", "--collection"].contains(args[i]) { i += 2; continue }
+            return args[i]
+        }
+        return nil
     }
 
     static func contextSuffix(_ error: PeerSyncError) -> String {

@@ -75,6 +75,7 @@ public actor BLIPConnection {
     private let encoder: BLIPFrameEncoder
     private let decoder: BLIPFrameDecoder
     private var handlers: [String: Handler] = [:]
+    private var concurrentProfiles: Set<String> = []
     private var nextRequestNumber: UInt64 = 1
     private var outgoing: [Outgoing] = []
     private var roundRobin = 0
@@ -97,8 +98,13 @@ public actor BLIPConnection {
 
     /// Registers the handler for requests whose `Profile` is `profile`. Register before
     /// ``start()`` so no early request finds no handler.
-    public func setHandler(profile: String, _ handler: @escaping Handler) {
+    ///
+    /// With `concurrent: true` each request of this profile runs in its own task, so a slow
+    /// handler (one that itself waits for the peer, e.g. a `rev` handler fetching blobs) does
+    /// not hold back the requests behind it; its response is sent when it finishes.
+    public func setHandler(profile: String, concurrent: Bool = false, _ handler: @escaping Handler) {
         handlers[profile] = handler
+        if concurrent { concurrentProfiles.insert(profile) } else { concurrentProfiles.remove(profile) }
     }
 
     /// Starts reading, writing and dispatching. Idempotent.
@@ -316,6 +322,14 @@ public actor BLIPConnection {
     // MARK: - Dispatching
 
     private func dispatch(_ request: BLIPRequest) async {
+        if let profile = request.profile, concurrentProfiles.contains(profile) {
+            Task { await self.respond(to: request) }
+        } else {
+            await respond(to: request)
+        }
+    }
+
+    private func respond(to request: BLIPRequest) async {
         let handler = request.profile.flatMap { handlers[$0] }
         var response: BLIPMessage
         if let handler {

@@ -235,6 +235,33 @@ extension Collection {
         }
     }
 
+    /// A ``Document`` value for a revision that is not (or not yet) current: a pulled
+    /// revision shown to a pull filter, or either side of a conflict shown to a resolver.
+    /// Nothing is read or saved; its blobs resolve against this database.
+    public func makeDocument(id: String, revisionID: RevisionID, properties: [String: JSONValue],
+                             isDeleted: Bool) -> Document {
+        Document(id: id, revisionID: revisionID.description, sequence: 0, isDeleted: isDeleted,
+                 collectionName: spec.name, scopeName: spec.scope, properties: properties,
+                 blobStore: database.blobStore)
+    }
+
+    /// Closes a conflict without purging anything (the replicator's convergent resolution):
+    /// the losing leaf, if given and live, gets a tombstone child (its ID computed from its
+    /// parent, so every peer closing the same conflict makes the same revision), both branches
+    /// stop being flagged as conflicts, and with `mergedBody` a new revision (a tombstone if
+    /// `mergedDeleted`) is added as a child of the winning revision. With `losing` nil, only
+    /// the conflict flag of the winning branch is cleared. Returns the new current revision.
+    /// Throws `.invalidArgument` unless the revisions are (distinct) leaves.
+    @discardableResult
+    public func closeConflict(docID: String, winningRevisionID: RevisionID, losingRevisionID: RevisionID?,
+                              mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {
+        let engine = self.engine
+        return try await database.write { writer in
+            try engine.closeConflict(id: docID, winning: winningRevisionID, losing: losingRevisionID,
+                                     mergedBody: mergedBody, mergedDeleted: mergedDeleted, writer)
+        }
+    }
+
     /// A local (non-replicated) document of this collection (e.g. a checkpoint), or nil.
     public func getLocal(id: String) async throws -> LocalDocument? {
         let keyspace = spec.localKeyspace

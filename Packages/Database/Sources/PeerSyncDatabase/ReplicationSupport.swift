@@ -172,6 +172,47 @@ extension DocumentEngine {
     }
 }
 
+extension DocumentEngine {
+    func closeConflict(id: String, winning: RevisionID, losing: RevisionID?, mergedBody: [String: JSONValue]?,
+                       mergedDeleted: Bool, _ writer: any StorageWriter) throws -> RevisionID {
+        try requireCollection(writer)
+        guard let record = try writer.get(id, in: spec.documentsKeyspace) else {
+            throw PeerSyncError(.notFound, "document does not exist", context: ["docID": id]).with(spec)
+        }
+        var tree = try loadTree(record)
+        guard let w = tree.index(of: winning), tree[w].isLeaf else {
+            throw PeerSyncError(.invalidArgument, "the winning revision must be a leaf",
+                                context: ["docID": id, "winning": winning.description]).with(spec)
+        }
+        if let losing {
+            guard losing != winning, let l = tree.index(of: losing), tree[l].isLeaf else {
+                throw PeerSyncError(.invalidArgument, "the losing revision must be another leaf",
+                                    context: ["docID": id, "losing": losing.description]).with(spec)
+            }
+            if tree[l].isDeleted {
+                tree.markBranchNotConflict(l)
+            } else {
+                let empty = try validatedBody([:], docID: id)
+                tree.addLocal(parent: l, body: empty, deleted: true, hasAttachments: false)
+            }
+        }
+        guard let winnerIndex = tree.index(of: winning) else {
+            throw PeerSyncError(.internalError, "winning revision vanished", context: ["docID": id]).with(spec)
+        }
+        tree.markBranchNotConflict(winnerIndex)
+        if let mergedBody {
+            let canonical = try validatedBody(mergedDeleted ? [:] : mergedBody, docID: id)
+            let hasAttachments = !mergedDeleted && DocumentEngine.referencesBlobs(.object(mergedBody))
+            tree.addLocal(parent: winnerIndex, body: canonical, deleted: mergedDeleted, hasAttachments: hasAttachments)
+        }
+        try writeTree(&tree, docID: id, writer)
+        guard let winner = tree.winner else {
+            throw PeerSyncError(.internalError, "revision tree is empty", context: ["docID": id]).with(spec)
+        }
+        return winner.revID
+    }
+}
+
 /// Local documents in one keyspace.
 struct LocalStore {
     let keyspace: String

@@ -169,9 +169,12 @@ struct RevTree: Sendable, Equatable {
             return HistoryInsertion(index: common.index, added: 0, commonAncestor: 0)
         }
         var parent = common?.index
+        // A branch started while the document is deleted replaces the tombstone: it is not
+        // a conflict (the CouchDB/LiteCore rule for recreating a deleted document).
+        let winnerDeleted = winner?.isDeleted ?? true
         if !allowConflict {
             if let parent {
-                if !nodes[parent].isLeaf {
+                if !nodes[parent].isLeaf && !winnerDeleted {
                     throw PeerSyncError(.conflict, "revision would create a conflicting branch",
                                         context: ["revID": revID.description])
                 }
@@ -187,7 +190,7 @@ struct RevTree: Sendable, Equatable {
             var flags: RevisionFlags = []
             if isNew && deleted { flags.insert(.deleted) }
             if isNew && hasAttachments { flags.insert(.hasAttachments) }
-            if markConflict {
+            if markConflict && !winnerDeleted {
                 if let p = parent {
                     if !nodes[p].isLeaf || nodes[p].isConflict { flags.insert(.conflict) }
                 } else if !nodes.isEmpty {

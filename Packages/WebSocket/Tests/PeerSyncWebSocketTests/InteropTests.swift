@@ -75,7 +75,7 @@ struct InteropTests {
         ], files: files)
         defer { python.stop() }
         #expect(try await python.waitForLine(prefix: "CLIENT-CLOSED") == "CLIENT-CLOSED 4005")
-        try await withTimeout(10) { await done.wait() }
+        try await withTimeout(30) { await done.wait() }
         #expect(seen.get()?.closeInfo == CloseInfo(code: 4005, reason: "python says bye"))
     }
 

@@ -236,7 +236,7 @@ final class PythonProcess: @unchecked Sendable {
     var output: [String] { lines.withLock { $0 } }
 
     /// Waits for a line starting with `prefix`; returns it.
-    func waitForLine(prefix: String, timeout: Double = 20) async throws -> String {
+    func waitForLine(prefix: String, timeout: Double = 60) async throws -> String {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let line = output.first(where: { $0.hasPrefix(prefix) }) { return line }
@@ -252,7 +252,7 @@ final class PythonProcess: @unchecked Sendable {
     }
 
     /// Waits for the process to exit (bounded).
-    func waitForExit(timeout: Double = 20) async throws -> Int32 {
+    func waitForExit(timeout: Double = 60) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
         if process.isRunning { throw PeerSyncError(.timeout, "python did not exit: \(output.joined(separator: "\n"))") }

@@ -65,8 +65,9 @@ func echo(_ connection: WebSocketConnection) async {
 func clientOptions(tls: Bool = false) throws -> WebSocketClientOptions {
     var options = WebSocketClientOptions()
     if tls { options.tls = try TestIdentities.clientTLS() }
-    options.connectTimeout = .seconds(5)
-    options.handshakeTimeout = .seconds(5)
+    // Generous: these only bound a failure, and CI machines can be heavily loaded.
+    options.connectTimeout = .seconds(20)
+    options.handshakeTimeout = .seconds(20)
     return options
 }
 
@@ -112,14 +113,14 @@ struct RawClient {
     let stream: TCPStream
 
     static func connect(port: Int) async throws -> RawClient {
-        RawClient(stream: try await TCPStream.connect(host: "127.0.0.1", port: port, timeout: .seconds(5)))
+        RawClient(stream: try await TCPStream.connect(host: "127.0.0.1", port: port, timeout: .seconds(20)))
     }
 
     func send(_ text: String) async throws { try await stream.write(Array(text.utf8)) }
     func send(_ bytes: [UInt8]) async throws { try await stream.write(bytes) }
 
     /// Reads one HTTP response (head and body).
-    func readResponse(timeout: Double = 5) async throws -> HTTPResponse {
+    func readResponse(timeout: Double = 20) async throws -> HTTPResponse {
         let stream = self.stream
         return try await withTimeout(timeout, "reading a response") {
             var parser = HTTPResponseParser()
@@ -149,7 +150,7 @@ struct RawClient {
     }
 
     /// Reads frames (as a client: unmasked expected) until a close frame or end of stream.
-    func readUntilClose(initial: [UInt8] = [], timeout: Double = 5) async throws -> (events: [WebSocketFrameDecoder.Event], ended: Bool) {
+    func readUntilClose(initial: [UInt8] = [], timeout: Double = 20) async throws -> (events: [WebSocketFrameDecoder.Event], ended: Bool) {
         let stream = self.stream
         return try await withTimeout(timeout, "reading until close") {
             var decoder = WebSocketFrameDecoder(role: .client, maxMessageSize: 1 << 24)
@@ -167,7 +168,7 @@ struct RawClient {
     }
 
     /// Whether the server closed the connection (EOF or reset) within `timeout`.
-    func isClosedByServer(timeout: Double = 5) async -> Bool {
+    func isClosedByServer(timeout: Double = 20) async -> Bool {
         let stream = self.stream
         return (try? await withTimeout(timeout, "waiting for the server to close") {
             while true {

@@ -264,11 +264,12 @@ struct WebSocketTests {
         // Live peer: heartbeats flow, the connection stays up past several intervals.
         var options = try clientOptions()
         options.connection.heartbeatInterval = .milliseconds(100)
-        options.connection.deadPeerTimeout = .milliseconds(300)
+        options.connection.deadPeerTimeout = .seconds(5)
         let live = try await WebSocketTransport().connectWebSocket(to: try endpoint(server), options: options)
         try await Task.sleep(for: .milliseconds(800))
         #expect(live.closeInfo == nil)
         await live.close()
+        options.connection.deadPeerTimeout = .milliseconds(500)
 
         // Dead peer: a raw TCP server that accepts the upgrade and then goes silent.
         let silent = try await TCPListener.bind(host: "127.0.0.1", port: 0)
@@ -289,7 +290,7 @@ struct WebSocketTests {
         let dead = try await WebSocketTransport().connectWebSocket(
             to: try Endpoint(url: "ws://127.0.0.1:\(silent.port)/"), options: options)
         do {
-            let message = try await withTimeout(5, "dead-peer detection") { try await dead.receive() }
+            let message = try await withTimeout(20, "dead-peer detection") { try await dead.receive() }
             Issue.record("receive returned \(String(describing: message)) instead of failing")
         } catch let error as PeerSyncError {
             #expect(error.code == .timeout)
@@ -338,7 +339,7 @@ struct WebSocketTests {
         let c2 = try await WebSocketTransport().connectWebSocket(to: try endpoint(s2))
         await c2.close(code: .policyViolation, reason: "because")
         #expect(c2.closeInfo == CloseInfo(code: .policyViolation, reason: "because"))
-        try await withTimeout(5) { await finished.wait() }
+        try await withTimeout(20) { await finished.wait() }
         #expect(seen.get()?.closeInfo == CloseInfo(code: .policyViolation, reason: "because"))
 
         let c3 = try await WebSocketTransport().connectWebSocket(to: try endpoint(server))
@@ -393,12 +394,21 @@ struct WebSocketTests {
                 sent.add(1)
             }
         }
-        try await Task.sleep(for: .milliseconds(1500))
-        let stalled = sent.value
-        // 2000 × 64 KiB = 125 MiB could not fit in the buffers: the sender must be suspended.
-        #expect(stalled < 2000)
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(sent.value == stalled)
+        // Wait until the sender makes no progress for 500 ms (it is suspended).
+        var stalled = -1
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let before = sent.value
+            try await Task.sleep(for: .milliseconds(500))
+            if sent.value == before {
+                stalled = before
+                break
+            }
+        }
+        // 2000 × 64 KiB = 125 MiB: what was accepted must stay within our buffers plus the
+        // kernel's socket buffers (a few MiB each way), far below that.
+        #expect(stalled >= 0, "the sender never stalled")
+        #expect(stalled * 64 * 1024 < 32 << 20, "\(stalled) messages accepted while the peer reads nothing")
         release.open()
         try await withTimeout(60, "draining") { try await sender.value }
         #expect(sent.value == 2000)

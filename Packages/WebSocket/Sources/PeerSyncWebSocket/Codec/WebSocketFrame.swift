@@ -79,10 +79,10 @@ public enum WebSocketFrameEncoder {
                 i += 4
             }
             if length > 0, let src = payload.baseAddress, let dst = out.baseAddress {
-                (dst + i).update(from: src.assumingMemoryBound(to: UInt8.self), count: length)
                 if let mask {
-                    applyMask(UnsafeMutableRawBufferPointer(start: dst + i, count: length),
-                              key: maskKeyBytes(mask), offset: 0)
+                    copyMasked(from: src, to: UnsafeMutableRawPointer(dst + i), count: length, key: maskKeyBytes(mask))
+                } else {
+                    (dst + i).update(from: src.assumingMemoryBound(to: UInt8.self), count: length)
                 }
             }
             count = header + length
@@ -112,6 +112,38 @@ func maskKeyBytes(_ key: UInt32) -> (UInt8, UInt8, UInt8, UInt8) {
      UInt8(truncatingIfNeeded: key >> 8), UInt8(truncatingIfNeeded: key))
 }
 
+/// Copies `count` bytes from `src` to `dst`, XORing them with the mask `key` (mask position 0
+/// at `src`): one pass, 8 bytes at a time.
+func copyMasked(from src: UnsafeRawPointer, to dst: UnsafeMutableRawPointer, count: Int,
+                key: (UInt8, UInt8, UInt8, UInt8)) {
+    var wordKey: UInt64 = 0
+    withUnsafeMutableBytes(of: &wordKey) { w in
+        w[0] = key.0; w[1] = key.1; w[2] = key.2; w[3] = key.3
+        w[4] = key.0; w[5] = key.1; w[6] = key.2; w[7] = key.3
+    }
+    var i = 0
+    while i + 32 <= count {
+        let a = src.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+        let b = src.loadUnaligned(fromByteOffset: i + 8, as: UInt64.self)
+        let c = src.loadUnaligned(fromByteOffset: i + 16, as: UInt64.self)
+        let d = src.loadUnaligned(fromByteOffset: i + 24, as: UInt64.self)
+        dst.storeBytes(of: a ^ wordKey, toByteOffset: i, as: UInt64.self)
+        dst.storeBytes(of: b ^ wordKey, toByteOffset: i + 8, as: UInt64.self)
+        dst.storeBytes(of: c ^ wordKey, toByteOffset: i + 16, as: UInt64.self)
+        dst.storeBytes(of: d ^ wordKey, toByteOffset: i + 24, as: UInt64.self)
+        i += 32
+    }
+    while i + 8 <= count {
+        dst.storeBytes(of: src.loadUnaligned(fromByteOffset: i, as: UInt64.self) ^ wordKey, toByteOffset: i, as: UInt64.self)
+        i += 8
+    }
+    let k = [key.0, key.1, key.2, key.3]
+    while i < count {
+        dst.storeBytes(of: src.load(fromByteOffset: i, as: UInt8.self) ^ k[i & 3], toByteOffset: i, as: UInt8.self)
+        i += 1
+    }
+}
+
 /// XORs `buffer` in place with the mask `key`, starting at mask position `offset` (0–3).
 /// Works 8 bytes at a time; masking is its own inverse.
 func applyMask(_ buffer: UnsafeMutableRawBufferPointer, key: (UInt8, UInt8, UInt8, UInt8), offset: Int) {
@@ -125,6 +157,17 @@ func applyMask(_ buffer: UnsafeMutableRawBufferPointer, key: (UInt8, UInt8, UInt
     var wordKey: UInt64 = 0
     withUnsafeMutableBytes(of: &wordKey) { w in
         w[0] = r0; w[1] = r1; w[2] = r2; w[3] = r3; w[4] = r0; w[5] = r1; w[6] = r2; w[7] = r3
+    }
+    while i + 32 <= count {
+        let a = base.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+        let b = base.loadUnaligned(fromByteOffset: i + 8, as: UInt64.self)
+        let c = base.loadUnaligned(fromByteOffset: i + 16, as: UInt64.self)
+        let d = base.loadUnaligned(fromByteOffset: i + 24, as: UInt64.self)
+        base.storeBytes(of: a ^ wordKey, toByteOffset: i, as: UInt64.self)
+        base.storeBytes(of: b ^ wordKey, toByteOffset: i + 8, as: UInt64.self)
+        base.storeBytes(of: c ^ wordKey, toByteOffset: i + 16, as: UInt64.self)
+        base.storeBytes(of: d ^ wordKey, toByteOffset: i + 24, as: UInt64.self)
+        i += 32
     }
     while i + 8 <= count {
         let v = base.loadUnaligned(fromByteOffset: i, as: UInt64.self)

@@ -34,15 +34,14 @@ public struct WebSocketFrameDecoder: Sendable {
     /// The largest frame or message payload accepted, in bytes.
     public let maxMessageSize: Int
 
-    private var input: [UInt8] = []
-    private var inputIndex = 0
-
     private enum State: Sendable {
         case header
         case payload
         case done
     }
     private var state: State = .header
+    /// The start of a header split across inputs (at most 13 bytes).
+    private var headerBytes: [UInt8] = []
 
     // The frame being read.
     private var frameFin = false
@@ -56,13 +55,18 @@ public struct WebSocketFrameDecoder: Sendable {
     private var messageOpcode: WebSocketOpcode?
     private var message: [UInt8] = []
 
+    // `feed`/`next`: events decoded but not yet returned, and a deferred error.
+    private var pending: [Event] = []
+    private var pendingHead = 0
+    private var pendingError: PeerSyncError?
+
     public init(role: WebSocketRole, maxMessageSize: Int) {
         self.role = role
         self.maxMessageSize = max(0, maxMessageSize)
     }
 
-    /// Bytes received but not yet consumed by ``next()``.
-    public var bufferedByteCount: Int { input.count - inputIndex }
+    /// Bytes of a partial frame header held until more input arrives.
+    public var bufferedByteCount: Int { headerBytes.count }
 
     /// Whether the decoder stopped (after a close frame or an error).
     public var isFinished: Bool {
@@ -70,138 +74,190 @@ public struct WebSocketFrameDecoder: Sendable {
         return false
     }
 
-    /// Adds received bytes. Call ``next()`` until it returns nil afterwards.
+    /// Adds received bytes (decoding them at once). Call ``next()`` until it returns nil.
     public mutating func feed(_ bytes: [UInt8]) {
-        guard !bytes.isEmpty, !isFinished else { return }
-        if inputIndex >= input.count {
-            input = bytes
-            inputIndex = 0
-        } else {
-            if inputIndex > 0 {
-                input.removeSubrange(0..<inputIndex)
-                inputIndex = 0
+        guard !bytes.isEmpty, pendingError == nil else { return }
+        var events: [Event] = []
+        let failure = bytes.withUnsafeBytes { raw -> PeerSyncError? in
+            do throws(PeerSyncError) {
+                try decode(raw, into: &events)
+                return nil
+            } catch {
+                return error
             }
-            input.append(contentsOf: bytes)
         }
+        if pendingHead >= pending.count {
+            pending = events
+            pendingHead = 0
+        } else {
+            pending.append(contentsOf: events)
+        }
+        pendingError = failure
     }
 
-    /// The next complete event, or nil if more bytes are needed (or the decoder finished).
+    /// The next event, or nil if more bytes are needed (or the decoder finished). Events
+    /// decoded before an error are returned first; then the error is thrown once.
     public mutating func next() throws(PeerSyncError) -> Event? {
-        do {
-            let event = try step()
-            if inputIndex >= input.count {
-                // Release the receive buffer: an idle connection holds no input memory.
-                input = []
-                inputIndex = 0
+        if pendingHead < pending.count {
+            let event = pending[pendingHead]
+            pendingHead += 1
+            if pendingHead == pending.count {
+                pending = []
+                pendingHead = 0
             }
             return event
+        }
+        if let error = pendingError {
+            pendingError = nil
+            throw error
+        }
+        return nil
+    }
+
+    /// Decodes `input` completely (it need not hold whole frames: partial headers and
+    /// payloads are kept for the next call) and appends the events to `events`. On an error,
+    /// the events before it are in `events` and the decoder is finished.
+    public mutating func decode(_ input: UnsafeRawBufferPointer, into events: inout [Event]) throws(PeerSyncError) {
+        do {
+            try decodeCore(input, &events)
         } catch {
             state = .done
-            input = []
-            inputIndex = 0
+            headerBytes = []
             message = []
+            frameControl = []
             throw error
         }
     }
 
-    private mutating func step() throws(PeerSyncError) -> Event? {
+    private mutating func decodeCore(_ input: UnsafeRawBufferPointer, _ events: inout [Event]) throws(PeerSyncError) {
+        var p = 0
+        let n = input.count
         while true {
             switch state {
             case .done:
-                return nil
+                return
             case .header:
-                guard try readHeader() else { return nil }
-                if frameRemaining == 0, let event = try finishFrame() { return event }
-            case .payload:
-                let available = input.count - inputIndex
-                if available == 0 { return nil }
-                let take = min(available, frameRemaining)
-                let range = inputIndex..<(inputIndex + take)
-                if frameOpcode.isControl {
-                    let start = frameControl.count
-                    frameControl.append(contentsOf: input[range])
-                    Self.unmask(&frameControl, from: start, mask: frameMask, offset: frameMaskOffset)
+                if headerBytes.isEmpty {
+                    guard p < n else { return }
+                    switch parseHeader(UnsafeRawBufferPointer(rebasing: input[p..<n])) {
+                    case .failed(let error):
+                        throw error
+                    case .incomplete:
+                        headerBytes.append(contentsOf: input[p..<n])
+                        return
+                    case .parsed(let length):
+                        p += length
+                    }
                 } else {
-                    let start = message.count
-                    message.append(contentsOf: input[range])
-                    Self.unmask(&message, from: start, mask: frameMask, offset: frameMaskOffset)
+                    // Complete a header split across inputs (a header is at most 14 bytes).
+                    let take = min(14 - headerBytes.count, n - p)
+                    var combined = headerBytes
+                    combined.append(contentsOf: input[p..<(p + take)])
+                    let outcome = combined.withUnsafeBytes { parseHeader($0) }
+                    switch outcome {
+                    case .failed(let error):
+                        throw error
+                    case .incomplete:
+                        headerBytes = combined
+                        return  // all of `input` was consumed
+                    case .parsed(let length):
+                        p += length - headerBytes.count
+                        headerBytes = []
+                    }
                 }
-                inputIndex += take
+                if frameRemaining == 0, let event = try finishFrame() { events.append(event) }
+            case .payload:
+                guard p < n else { return }
+                let take = min(frameRemaining, n - p)
+                let piece = UnsafeRawBufferPointer(rebasing: input[p..<(p + take)])
+                if frameOpcode.isControl {
+                    Self.append(piece, to: &frameControl, mask: frameMask, offset: frameMaskOffset)
+                } else {
+                    Self.append(piece, to: &message, mask: frameMask, offset: frameMaskOffset)
+                }
+                p += take
                 frameRemaining -= take
                 frameMaskOffset = (frameMaskOffset + take) & 3
                 if frameRemaining == 0 {
                     state = .header
-                    if let event = try finishFrame() { return event }
+                    if let event = try finishFrame() { events.append(event) }
                 }
             }
         }
     }
 
-    private static func unmask(_ buffer: inout [UInt8], from start: Int,
+    /// Appends `piece` to `buffer`, unmasking it with `mask` from mask position `offset`.
+    private static func append(_ piece: UnsafeRawBufferPointer, to buffer: inout [UInt8],
                                mask: (UInt8, UInt8, UInt8, UInt8)?, offset: Int) {
-        guard let mask, start < buffer.count else { return }
+        let start = buffer.count
+        buffer.append(contentsOf: piece)
+        guard let mask, !piece.isEmpty else { return }
         buffer.withUnsafeMutableBytes { raw in
             applyMask(UnsafeMutableRawBufferPointer(rebasing: raw[start...]), key: mask, offset: offset)
         }
     }
 
-    /// Parses a frame header if enough bytes are buffered; validates it.
-    private mutating func readHeader() throws(PeerSyncError) -> Bool {
-        let available = input.count - inputIndex
-        guard available >= 2 else { return false }
-        let b0 = input[inputIndex], b1 = input[inputIndex + 1]
+    private enum HeaderOutcome {
+        case incomplete
+        case parsed(Int)
+        case failed(PeerSyncError)
+    }
+
+    /// Parses and validates a frame header at the start of `bytes`; on success sets the frame
+    /// fields, enters the payload state and returns the header length.
+    private mutating func parseHeader(_ bytes: UnsafeRawBufferPointer) -> HeaderOutcome {
+        let available = bytes.count
+        guard available >= 2 else { return .incomplete }
+        let b0 = bytes[0], b1 = bytes[1]
         let masked = b1 & 0x80 != 0
         let len7 = Int(b1 & 0x7F)
         let extra = len7 == 126 ? 2 : len7 == 127 ? 8 : 0
         let headerLength = 2 + extra + (masked ? 4 : 0)
-        guard available >= headerLength else {
-            // Validate what we can early, so a hostile peer cannot make us wait for nothing.
-            try validateFirstBytes(b0, masked: masked)
-            return false
-        }
-        try validateFirstBytes(b0, masked: masked)
+        // Validate what we can early, so a hostile peer cannot make us wait for nothing.
+        if let error = validateFirstBytes(b0, masked: masked) { return .failed(error) }
+        guard available >= headerLength else { return .incomplete }
         guard let opcode = WebSocketOpcode(rawValue: b0 & 0x0F) else {
-            throw PeerSyncError(.protocolError, "reserved WebSocket opcode \(b0 & 0x0F)")
+            return .failed(PeerSyncError(.protocolError, "reserved WebSocket opcode \(b0 & 0x0F)"))
         }
         let fin = b0 & 0x80 != 0
-        var length: UInt64 = UInt64(len7)
-        var i = inputIndex + 2
+        var length = UInt64(len7)
+        var i = 2
         if len7 == 126 {
-            length = UInt64(input[i]) << 8 | UInt64(input[i + 1])
-            i += 2
+            length = UInt64(bytes[2]) << 8 | UInt64(bytes[3])
+            i = 4
         } else if len7 == 127 {
             length = 0
-            for _ in 0..<8 { length = length << 8 | UInt64(input[i]); i += 1 }
+            for k in 2..<10 { length = length << 8 | UInt64(bytes[k]) }
+            i = 10
             if length & (1 << 63) != 0 {
-                throw PeerSyncError(.protocolError, "WebSocket frame length has its most significant bit set")
+                return .failed(PeerSyncError(.protocolError, "WebSocket frame length has its most significant bit set"))
             }
         }
         if opcode.isControl {
-            if !fin { throw PeerSyncError(.protocolError, "fragmented WebSocket control frame") }
+            if !fin { return .failed(PeerSyncError(.protocolError, "fragmented WebSocket control frame")) }
             if length > 125 {
-                throw PeerSyncError(.protocolError, "WebSocket control frame payload of \(length) bytes (max 125)")
+                return .failed(PeerSyncError(.protocolError, "WebSocket control frame payload of \(length) bytes (max 125)"))
             }
         } else if opcode == .continuation {
             if messageOpcode == nil {
-                throw PeerSyncError(.protocolError, "WebSocket continuation frame without a message to continue")
+                return .failed(PeerSyncError(.protocolError, "WebSocket continuation frame without a message to continue"))
             }
         } else if messageOpcode != nil {
-            throw PeerSyncError(.protocolError, "new WebSocket data frame inside a fragmented message")
+            return .failed(PeerSyncError(.protocolError, "new WebSocket data frame inside a fragmented message"))
         }
         if !opcode.isControl {
             let already = opcode == .continuation ? message.count : 0
             if length > UInt64(maxMessageSize) || UInt64(already) + length > UInt64(maxMessageSize) {
-                throw PeerSyncError(.tooLarge, "WebSocket message larger than \(maxMessageSize) bytes",
-                                    context: ["limit": String(maxMessageSize)])
+                return .failed(PeerSyncError(.tooLarge, "WebSocket message larger than \(maxMessageSize) bytes",
+                                             context: ["limit": String(maxMessageSize)]))
             }
         }
         if masked {
-            frameMask = (input[i], input[i + 1], input[i + 2], input[i + 3])
+            frameMask = (bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3])
             i += 4
         } else {
             frameMask = nil
         }
-        inputIndex = i
         frameFin = fin
         frameOpcode = opcode
         frameRemaining = Int(length)
@@ -219,20 +275,20 @@ public struct WebSocketFrameDecoder: Sendable {
             message.reserveCapacity(message.count + min(Int(length), 1 << 20))
         }
         state = .payload
-        return true
+        return .parsed(i)
     }
 
-    private func validateFirstBytes(_ b0: UInt8, masked: Bool) throws(PeerSyncError) {
+    private func validateFirstBytes(_ b0: UInt8, masked: Bool) -> PeerSyncError? {
         if b0 & 0x70 != 0 {
-            throw PeerSyncError(.protocolError, "WebSocket frame with reserved bits set (no extension negotiated)")
+            return PeerSyncError(.protocolError, "WebSocket frame with reserved bits set (no extension negotiated)")
         }
         switch role {
         case .server where !masked:
-            throw PeerSyncError(.protocolError, "unmasked WebSocket frame from a client")
+            return PeerSyncError(.protocolError, "unmasked WebSocket frame from a client")
         case .client where masked:
-            throw PeerSyncError(.protocolError, "masked WebSocket frame from a server")
+            return PeerSyncError(.protocolError, "masked WebSocket frame from a server")
         default:
-            break
+            return nil
         }
     }
 
@@ -252,8 +308,6 @@ public struct WebSocketFrameDecoder: Sendable {
             let payload = frameControl
             frameControl = []
             state = .done
-            input = []
-            inputIndex = 0
             if payload.isEmpty { return .close(code: nil, reason: "") }
             if payload.count == 1 {
                 throw PeerSyncError(.protocolError, "WebSocket close frame with a 1-byte payload")

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncTransport
 import Synchronization
@@ -116,7 +117,7 @@ final class WebSocketEngine: Sendable {
     let role: WebSocketRole
     let configuration: WebSocketConfiguration
     private let stream: any ByteStream
-    private let incoming: AsyncMessageQueue<TransportMessage>
+    private let incoming: InboundQueue
     private let outbound: OutboundQueue
     private let state = Mutex(State())
     private let lastActivity = Atomic<Int64>(monotonicNanoseconds())
@@ -134,8 +135,8 @@ final class WebSocketEngine: Sendable {
         self.stream = stream
         self.role = role
         self.configuration = configuration
-        incoming = AsyncMessageQueue(maxCount: configuration.receiveBufferMessages,
-                                     maxBytes: configuration.receiveBufferBytes)
+        incoming = InboundQueue(maxCount: configuration.receiveBufferMessages,
+                                maxBytes: configuration.receiveBufferBytes)
         outbound = OutboundQueue(limit: configuration.sendBufferBytes)
     }
 
@@ -300,30 +301,61 @@ final class WebSocketEngine: Sendable {
     private func readLoop(initialBytes: [UInt8]) async {
         var decoder = WebSocketFrameDecoder(role: role == .client ? .client : .server,
                                             maxMessageSize: configuration.maxMessageSize)
-        decoder.feed(initialBytes)
+        var events: [WebSocketFrameDecoder.Event] = []
         do {
-            while true {
-                while let event = try decoder.next() {
-                    switch event {
-                    case .text(let text):
-                        await deliver(.text(text))
-                    case .binary(let bytes):
-                        await deliver(.binary(bytes))
-                    case .ping(let payload):
-                        outbound.sendControl(controlFrame(.pong, payload))
-                    case .pong:
-                        break
-                    case .close(let code, let reason):
-                        await peerClosed(code: code, reason: reason)
+            if !initialBytes.isEmpty {
+                let failure = initialBytes.withUnsafeBytes { Self.decode($0, &decoder, &events) }
+                if await handle(events) { return }
+                if let failure { throw failure }
+            }
+            if let tcp = stream as? TCPStream {
+                // Fast path: read into a pooled buffer, decode straight from it.
+                while true {
+                    let scratch = ScratchBuffer.take()
+                    var drained = false
+                    var ended = false
+                    do {
+                        while !drained {
+                            guard let n = try tcp.readAvailable(into: scratch.bytes) else { break }
+                            if n == 0 {
+                                ended = true
+                                break
+                            }
+                            noteActivity()
+                            events.removeAll(keepingCapacity: true)
+                            let failure = Self.decode(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<n]), &decoder, &events)
+                            // A short read emptied the socket: wait instead of asking again.
+                            drained = n < scratch.bytes.count
+                            if await handle(events) {
+                                ScratchBuffer.giveBack(scratch)
+                                return
+                            }
+                            if let failure { throw failure }
+                        }
+                    } catch {
+                        ScratchBuffer.giveBack(scratch)
+                        throw error
+                    }
+                    ScratchBuffer.giveBack(scratch)
+                    if ended {
+                        await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the TCP connection without a WebSocket close"))
                         return
                     }
+                    try await tcp.waitUntilReadable()
                 }
-                guard let bytes = try await stream.read(maxBytes: 64 * 1024) else {
-                    await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the TCP connection without a WebSocket close"))
+            }
+            // TLS hands out one record (at most 16 KiB) per read: ask for no more than that.
+            let readSize = stream is TLSStream ? 17 * 1024 : 64 * 1024
+            while true {
+                guard let bytes = try await stream.read(maxBytes: readSize) else {
+                    await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the connection without a WebSocket close"))
                     return
                 }
                 noteActivity()
-                decoder.feed(bytes)
+                events.removeAll(keepingCapacity: true)
+                let failure = bytes.withUnsafeBytes { Self.decode($0, &decoder, &events) }
+                if await handle(events) { return }
+                if let failure { throw failure }
             }
         } catch let error as PeerSyncError where error.code == .protocolError || error.code == .invalidUTF8 || error.code == .tooLarge {
             await protocolViolation(error)
@@ -339,9 +371,40 @@ final class WebSocketEngine: Sendable {
         }
     }
 
-    private func deliver(_ message: TransportMessage) async {
-        // After our close, messages are dropped; the queue is finished and throws.
-        do { try await incoming.send(message) } catch {}
+    /// Decodes `bytes` into `events`; returns the decoding error (events before it are kept).
+    private static func decode(_ bytes: UnsafeRawBufferPointer, _ decoder: inout WebSocketFrameDecoder,
+                               _ events: inout [WebSocketFrameDecoder.Event]) -> PeerSyncError? {
+        do throws(PeerSyncError) {
+            try decoder.decode(bytes, into: &events)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// Acts on decoded events; returns true once the peer's close frame was handled (the
+    /// read loop then ends). Consecutive messages are handed to the receive queue as one batch
+    /// (after our own close the queue is finished and drops them).
+    private func handle(_ events: [WebSocketFrameDecoder.Event]) async -> Bool {
+        var batch: [TransportMessage] = []
+        for event in events {
+            switch event {
+            case .text(let text):
+                batch.append(.text(text))
+            case .binary(let bytes):
+                batch.append(.binary(bytes))
+            case .ping(let payload):
+                outbound.sendControl(controlFrame(.pong, payload))
+            case .pong:
+                break
+            case .close(let code, let reason):
+                if !batch.isEmpty { await incoming.send(batch) }
+                await peerClosed(code: code, reason: reason)
+                return true
+            }
+        }
+        if !batch.isEmpty { await incoming.send(batch) }
+        return false
     }
 
     /// The peer's close frame arrived: answer it (if we did not close first), let the

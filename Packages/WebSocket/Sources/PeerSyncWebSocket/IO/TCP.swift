@@ -105,6 +105,29 @@ public final class TCPStream: ByteStream {
         }
     }
 
+    /// Reads what the kernel has for this socket into `buffer` without waiting: the number
+    /// of bytes, 0 at end of stream, nil when nothing is available now (then call
+    /// ``waitUntilReadable()``).
+    func readAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(PeerSyncError) -> Int? {
+        while true {
+            let (n, error) = try socket.withDescriptor { fd -> (Int, Int32) in
+                let n = recv(fd, buffer.baseAddress, buffer.count, 0)
+                return (n, n < 0 ? errno : 0)
+            }
+            if n >= 0 { return n }
+            switch error {
+            case EAGAIN, EWOULDBLOCK: return nil
+            case EINTR: continue
+            default: throw systemError("recv", errno: error)
+            }
+        }
+    }
+
+    /// Suspends until the socket may have bytes to read (or has ended).
+    func waitUntilReadable() async throws {
+        try await socket.wait(.read)
+    }
+
     public func write(_ bytes: [UInt8]) async throws {
         var offset = 0
         while offset < bytes.count {
@@ -116,6 +139,8 @@ public final class TCPStream: ByteStream {
             }
             if n > 0 {
                 offset += n
+                // A short write filled the socket buffer: wait for room instead of asking again.
+                if offset < bytes.count { try await socket.wait(.write) }
                 continue
             }
             switch error {

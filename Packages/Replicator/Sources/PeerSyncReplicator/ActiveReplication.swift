@@ -1,0 +1,152 @@
+import Foundation
+import PeerSyncBLIP
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncTransport
+
+/// One connection's worth of active replication: open, compare checkpoints, push and/or
+/// pull every collection, save checkpoints; returns when a one-shot run is complete or when
+/// a continuous run's connection ends (throwing why).
+struct ActiveReplication: Sendable {
+    let database: Database
+    let collections: [SessionCollection]
+    let push: Bool
+    let pull: Bool
+    let continuous: Bool
+    let reset: Bool
+    let remoteURL: String
+    let replyTimeout: Duration
+    let events: SessionEvents
+
+    static func checkpointID(database: Database, remoteURL: String, _ sc: SessionCollection, push: Bool, pull: Bool) -> String {
+        var text = "\(database.path)|\(remoteURL)|\(sc.collection.fullName)|\(push)|\(pull)"
+        if let ids = sc.config.documentIDs { text += "|" + ids.sorted().joined(separator: ",") }
+        if let ch = sc.config.channels { text += "|" + ch.sorted().joined(separator: ",") }
+        return "cp-" + Data(SHA1.hash(Array(text.utf8))).base64EncodedString()
+    }
+
+    func run(connection: any MessageConnection) async throws {
+        let blip = try BLIPConnection(connection: connection)
+        let session = ReplicationSession(blip: blip, database: database, role: .active, collections: collections,
+                                         replyTimeout: replyTimeout, events: events)
+        await session.registerHandlers()
+        await blip.start()
+        do {
+            try await replicate(session)
+            if continuous {
+                // replicate() only returns for continuous runs when the connection ended.
+                if case .error(let error) = await blip.waitUntilClosed() { throw error }
+                throw PeerSyncError(.closed, "the peer closed the connection")
+            }
+            await session.stop()
+        } catch {
+            await session.stop()
+            throw error
+        }
+    }
+
+    private func replicate(_ session: ReplicationSession) async throws {
+        let ids = collections.map { Self.checkpointID(database: database, remoteURL: remoteURL, $0, push: push, pull: pull) }
+        let remote = try await session.openActive(checkpointIDs: ids)
+        let keeper = CheckpointKeeper()
+        for (i, sc) in collections.enumerated() {
+            let local = try await sc.collection.getLocal(id: ids[i])?.properties
+            var cp = ReplicationSession.Checkpoint()
+            cp.remoteRev = remote[i].rev
+            if !reset, let local, let theirs = remote[i].body {
+                let mine = UInt64(clamping: local["local"]?.intValue ?? 0)
+                let other = UInt64(clamping: theirs["local"]?.intValue ?? 0)
+                cp.local = min(mine, other)
+                if local["remote"] == theirs["remote"] { cp.remote = local["remote"] }
+            }
+            await keeper.set(i, cp)
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (i, sc) in collections.enumerated() {
+                let start = await keeper.get(i)
+                if push {
+                    group.addTask {
+                        try await session.push(index: i, since: start.local, continuous: continuous, mode: .propose,
+                                               docIDs: sc.config.documentIDs.map(Set.init), progress: { seq in
+                            await keeper.update(i) { $0.local = seq }
+                        })
+                    }
+                }
+                if pull {
+                    group.addTask {
+                        try await session.subscribe(index: i, since: start.remote?.isNull == false ? start.remote : nil,
+                                                    continuous: continuous, docIDs: sc.config.documentIDs, channels: sc.config.channels)
+                        await session.waitPullIdle(index: i)
+                    }
+                }
+            }
+            if continuous {
+                // Save checkpoints every second while running.
+                group.addTask {
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: .seconds(1))
+                        try await self.saveCheckpoints(session, keeper, ids)
+                    }
+                }
+                group.addTask {
+                    _ = await session.blip.waitUntilClosed()
+                    throw PeerSyncError(.connectionClosed, "the replication connection closed")
+                }
+                try await group.next()
+                group.cancelAll()
+            } else {
+                try await group.waitForAll()
+            }
+        }
+        if !continuous {
+            // Conflicts resolved while pulling made new local revisions: push them too.
+            if push && pull {
+                for (i, sc) in collections.enumerated() {
+                    let start = await keeper.get(i)
+                    try await session.push(index: i, since: start.local, continuous: false, mode: .propose,
+                                           docIDs: sc.config.documentIDs.map(Set.init), progress: { seq in
+                        await keeper.update(i) { $0.local = seq }
+                    })
+                }
+            }
+            try await saveCheckpoints(session, keeper, ids)
+        }
+    }
+
+    private func saveCheckpoints(_ session: ReplicationSession, _ keeper: CheckpointKeeper, _ ids: [String]) async throws {
+        for (i, sc) in collections.enumerated() {
+            var cp = await keeper.get(i)
+            if pull, let remote = await session.pulledRemoteSequence(index: i) { cp.remote = remote }
+            let body: [String: JSONValue] = ["local": .int(Int64(clamping: cp.local)), "remote": cp.remote ?? .null,
+                                             "time": .int(Int64(Date().timeIntervalSince1970))]
+            guard await keeper.changed(i, body) else { continue }
+            cp.remoteRev = try await session.saveRemoteCheckpoint(index: i, client: ids[i], body: .object(body), rev: cp.remoteRev)
+            try await sc.collection.putLocal(id: ids[i], json: body)
+            let saved = cp
+            await keeper.update(i) { $0 = saved }
+        }
+    }
+}
+
+/// Checkpoint state of one active run, per collection index.
+actor CheckpointKeeper {
+    private var checkpoints: [Int: ReplicationSession.Checkpoint] = [:]
+    private var lastSaved: [Int: [String: JSONValue]] = [:]
+
+    func set(_ i: Int, _ cp: ReplicationSession.Checkpoint) { checkpoints[i] = cp }
+    func get(_ i: Int) -> ReplicationSession.Checkpoint { checkpoints[i] ?? .init() }
+    func update(_ i: Int, _ change: (inout ReplicationSession.Checkpoint) -> Void) {
+        var cp = checkpoints[i] ?? .init()
+        change(&cp)
+        checkpoints[i] = cp
+    }
+
+    /// Whether `body` differs from what was saved last (ignoring the time).
+    func changed(_ i: Int, _ body: [String: JSONValue]) -> Bool {
+        var b = body
+        b["time"] = nil
+        if lastSaved[i] == b { return false }
+        lastSaved[i] = b
+        return true
+    }
+}

@@ -1,0 +1,837 @@
+import Foundation
+import PeerSyncBLIP
+import PeerSyncCore
+import PeerSyncDatabase
+
+/// What a session reports while it runs (all optional; called from session tasks).
+struct SessionEvents: Sendable {
+    var documents: @Sendable (DocumentReplication) -> Void = { _ in }
+    /// Completed and total change counts grew by these amounts.
+    var progress: @Sendable (_ completed: Int, _ total: Int) -> Void = { _, _ in }
+    /// The session became busy (true) or caught up / idle (false).
+    var busy: @Sendable (Bool) -> Void = { _ in }
+}
+
+struct SessionCollection: Sendable {
+    let collection: Collection
+    let config: CollectionConfiguration
+    var resolver: any ConflictResolver { config.conflictResolver ?? ConflictResolvers.default }
+    /// `name` for the default scope, `scope.name` otherwise (the `getCollections` path).
+    var path: String {
+        collection.scope.name == "_default" ? collection.name : "\(collection.scope.name).\(collection.name)"
+    }
+}
+
+/// The replication protocol over one BLIP connection, for either role. Both roles can push
+/// and pull: the active side pushes with `proposeChanges` and pulls with `subChanges`; the
+/// passive side answers those and pushes with `changes` when the peer subscribed.
+///
+/// Conflicts found while pulling go to the collection's resolver (see ``ConflictResolver``);
+/// the passive side never creates conflicts (it answers conflicting pushes with 409, as
+/// LiteCore does). When a proposal is refused with 409 and the local tree shows the peer's
+/// revision as a closed (tombstoned) branch, the tombstone is pushed first and the winner
+/// after it, so resolutions propagate through peers that only accept fast-forwards.
+actor ReplicationSession {
+    enum Role: Sendable { case active, passive }
+
+    let blip: BLIPConnection
+    let database: Database
+    let role: Role
+    let events: SessionEvents
+    let replyTimeout: Duration
+    let readOnly: Bool
+    let maxHistory = 50
+    let batchSize = 200
+
+    /// Collections in protocol-index order (active: the configured ones; passive: those the
+    /// peer asked for in `getCollections`, nil where not served).
+    private var indexed: [SessionCollection?] = []
+    /// Passive: every collection this side serves.
+    private let served: [SessionCollection]
+    private var collectionAware = true
+    private var sawFirstMessage = false
+    private var pushTasks: [Task<Void, Never>] = []
+    /// Revisions known to be on the peer, per collection index and document.
+    private var remoteRevs: [Int: [String: RevisionID]] = [:]
+    private var pullStates: [Int: PullState] = [:]
+    private var closed = false
+
+    struct PullBatch {
+        var lastSequence: JSONValue
+        var pending: Set<String>
+    }
+
+    struct PullState {
+        var caughtUp = false
+        var batches: [PullBatch] = []
+        var completedRemote: JSONValue?
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        var isIdle: Bool { caughtUp && batches.allSatisfy { $0.pending.isEmpty } }
+    }
+
+    init(blip: BLIPConnection, database: Database, role: Role, collections: [SessionCollection],
+         readOnly: Bool = false, replyTimeout: Duration = .seconds(60), events: SessionEvents = SessionEvents()) {
+        self.blip = blip
+        self.database = database
+        self.role = role
+        self.served = collections
+        self.readOnly = readOnly
+        self.replyTimeout = replyTimeout
+        self.events = events
+        if role == .active { indexed = collections }
+    }
+
+    // MARK: - Setup
+
+    func registerHandlers() async {
+        let handlers: [(String, Bool, @Sendable (ReplicationSession, BLIPRequest) async throws -> BLIPMessage?)] = [
+            ("getCollections", false, { try await $0.handleGetCollections($1) }),
+            ("getCheckpoint", false, { try await $0.handleGetCheckpoint($1) }),
+            ("setCheckpoint", false, { try await $0.handleSetCheckpoint($1) }),
+            ("subChanges", false, { try await $0.handleSubChanges($1) }),
+            ("changes", false, { try await $0.handleChanges($1, proposed: false) }),
+            ("proposeChanges", false, { try await $0.handleChanges($1, proposed: true) }),
+            ("rev", true, { try await $0.handleRev($1) }),
+            ("norev", false, { try await $0.handleNoRev($1) }),
+            ("getAttachment", true, { try await $0.handleGetAttachment($1) }),
+        ]
+        for (profile, concurrent, handler) in handlers {
+            await blip.setHandler(profile: profile, concurrent: concurrent) { [weak self] request in
+                guard let self else { throw blipError("BLIP", 503, "replication session ended") }
+                return try await handler(self, request)
+            }
+        }
+    }
+
+    func stop() async {
+        closed = true
+        for task in pushTasks { task.cancel() }
+        for (i, var state) in pullStates {
+            for w in state.waiters { w.resume() }
+            state.waiters = []
+            pullStates[i] = state
+        }
+        await blip.close()
+    }
+
+    // MARK: - Requests
+
+    func send(_ message: BLIPMessage, _ what: String) async throws -> BLIPMessage {
+        let blip = self.blip
+        return try await withTimeout(replyTimeout, what) { try await blip.sendRequest(message) }
+    }
+
+    private func collectionProperty(_ index: Int) -> BLIPProperties {
+        collectionAware ? [("collection", String(index))] : [:]
+    }
+
+    /// The collection a request is about, checked as LiteCore does.
+    private func collection(of request: BLIPRequest) throws -> (Int, SessionCollection) {
+        noteFirstMessage(request.profile)
+        let value = request.properties["collection"]
+        if collectionAware {
+            guard let value, let index = Int(value) else {
+                throw blipError("HTTP", 400, "inappropriate use of the collection property.")
+            }
+            guard indexed.indices.contains(index), let c = indexed[index] else {
+                throw blipError("HTTP", 400, "the collection property is out of range.")
+            }
+            return (index, c)
+        }
+        guard value == nil else { throw blipError("HTTP", 400, "inappropriate use of the collection property.") }
+        guard let c = indexed.first ?? nil else { throw blipError("HTTP", 404, "the default collection is not served") }
+        return (0, c)
+    }
+
+    /// Passive: the first message decides between collection-aware and legacy mode.
+    private func noteFirstMessage(_ profile: String?) {
+        guard role == .passive, !sawFirstMessage else { return }
+        sawFirstMessage = true
+        if profile != "getCollections" {
+            collectionAware = false
+            indexed = [served.first { $0.collection.scope.name == "_default" && $0.collection.name == "_default" }]
+        }
+    }
+
+    // MARK: - Passive: collections and checkpoints
+
+    private func handleGetCollections(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        guard role == .passive, !sawFirstMessage else {
+            throw blipError("BLIP", 400, "getCollections must be the first message")
+        }
+        sawFirstMessage = true
+        guard let body = try JSONValue.parse(request.body, "getCollections").objectValue,
+              let names = body["collections"]?.arrayValue, let ids = body["checkpoint_ids"]?.arrayValue,
+              names.count == ids.count, !names.isEmpty else {
+            throw blipError("BLIP", 400, "getCollections needs collections and checkpoint_ids of the same length")
+        }
+        let paths = names.compactMap(\.stringValue)
+        guard paths.count == names.count, Set(paths).count == paths.count else {
+            throw blipError("BLIP", 400, "collection names must be distinct strings")
+        }
+        indexed = paths.map { path in served.first { $0.path == path } }
+        var reply: [JSONValue] = []
+        for (i, c) in indexed.enumerated() {
+            guard c != nil else { reply.append(.null); continue }
+            guard let client = ids[i].stringValue else { reply.append(.object([:])); continue }
+            if let stored = try await database.getLocal(id: Self.checkpointKey(client)),
+               var object = stored.properties["body"]?.objectValue {
+                object["rev"] = .string(stored.revisionID)
+                reply.append(.object(object))
+            } else {
+                reply.append(.object([:]))
+            }
+        }
+        return BLIPMessage(type: .response, body: JSONValue.array(reply).json)
+    }
+
+    static func checkpointKey(_ client: String) -> String {
+        "checkpoint/" + String(decoding: client.utf8.prefix(200), as: UTF8.self)
+    }
+
+    private func handleGetCheckpoint(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        _ = try collection(of: request)
+        guard let client = request.properties["client"], !client.isEmpty else {
+            throw blipError("BLIP", 400, "missing client")
+        }
+        guard let stored = try await database.getLocal(id: Self.checkpointKey(client)),
+              let body = stored.properties["body"] else {
+            throw blipError("HTTP", 404, "no checkpoint")
+        }
+        return BLIPMessage(type: .response, properties: [("rev", stored.revisionID)], body: body.json)
+    }
+
+    private func handleSetCheckpoint(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        _ = try collection(of: request)
+        guard let client = request.properties["client"], !client.isEmpty else {
+            throw blipError("BLIP", 400, "missing client")
+        }
+        let body = try JSONValue.parse(request.body, "setCheckpoint")
+        do {
+            let saved = try await database.putLocal(id: Self.checkpointKey(client), json: ["body": body],
+                                                    ifRevision: request.properties["rev"] ?? "")
+            return BLIPMessage(type: .response, properties: [("rev", saved.revisionID)])
+        } catch let error as PeerSyncError where error.code == .conflict {
+            throw blipError("HTTP", 409, "checkpoint revision mismatch")
+        }
+    }
+
+    // MARK: - Active: start
+
+    struct Checkpoint: Sendable {
+        var local: UInt64 = 0
+        var remote: JSONValue?
+        var remoteRev: String?
+    }
+
+    /// Active: opens the session (getCollections, or legacy getCheckpoint on BLIP/404) and
+    /// returns the peer's checkpoints per collection.
+    func openActive(checkpointIDs: [String]) async throws -> [(body: [String: JSONValue]?, rev: String?)] {
+        let body: JSONValue = .object(["checkpoint_ids": .array(checkpointIDs.map { .string($0) }),
+                                       "collections": .array(served.map { .string($0.path) })])
+        let reply = try await send(.request("getCollections", body: body.json), "getCollections")
+        if reply.isError, reply.errorDomain == "BLIP", reply.errorCode == 404 {
+            // Legacy peer: only the default collection, no `collection` property.
+            guard served.count == 1, served[0].path == "_default" else {
+                throw PeerSyncError(.collectionNotServed, "the peer does not support collections; only the default collection can be replicated")
+            }
+            collectionAware = false
+            let cp = try await send(.request("getCheckpoint", properties: [("client", checkpointIDs[0])]), "getCheckpoint")
+            if cp.isError {
+                if cp.errorCode == 404 { return [(nil, nil)] }
+                _ = try cp.checked("getCheckpoint")
+            }
+            return [(try JSONValue.parse(cp.body, "checkpoint").objectValue, cp.properties["rev"])]
+        }
+        let checked = try reply.checked("getCollections")
+        guard let array = try JSONValue.parse(checked.body, "getCollections reply").arrayValue,
+              array.count == served.count else {
+            throw PeerSyncError(.protocolError, "getCollections reply does not list every collection")
+        }
+        var out: [(body: [String: JSONValue]?, rev: String?)] = []
+        for (i, entry) in array.enumerated() {
+            guard var object = entry.objectValue else {
+                throw PeerSyncError(.collectionNotServed, "the peer does not serve collection \(served[i].path)")
+            }
+            let rev = object.removeValue(forKey: "rev")?.stringValue
+            out.append((object.isEmpty ? nil : object, rev))
+        }
+        return out
+    }
+
+    /// Active: saves a checkpoint on the peer; returns its new MVCC revision.
+    func saveRemoteCheckpoint(index: Int, client: String, body: JSONValue, rev: String?) async throws -> String? {
+        var props: BLIPProperties = [("client", client)]
+        if let rev { props["rev"] = rev }
+        for (k, v) in collectionProperty(index) { props[k] = v }
+        var reply = try await send(.request("setCheckpoint", properties: props, body: body.json), "setCheckpoint")
+        if reply.isError, reply.errorCode == 409 {
+            // Someone else moved it: re-read the revision and retry once.
+            var getProps: BLIPProperties = [("client", client)]
+            for (k, v) in collectionProperty(index) { getProps[k] = v }
+            let current = try await send(.request("getCheckpoint", properties: getProps), "getCheckpoint")
+            props["rev"] = current.isError ? nil : current.properties["rev"]
+            reply = try await send(.request("setCheckpoint", properties: props, body: body.json), "setCheckpoint")
+        }
+        return try reply.checked("setCheckpoint").properties["rev"]
+    }
+
+    // MARK: - Pushing
+
+    enum PushMode: Sendable { case propose, changes }
+
+    /// Pushes the changes of collection `index` after `since`. Returns when caught up
+    /// (one-shot) or when cancelled / the connection closes (continuous). `progress` gets the
+    /// sequence up to which everything was handled.
+    func push(index: Int, since start: UInt64, continuous: Bool, mode: PushMode, docIDs: Set<String>?,
+              progress: @escaping @Sendable (UInt64) async -> Void) async throws {
+        guard let sc = indexed[index] else { return }
+        let stream = continuous ? sc.collection.changeStream() : nil
+        var iterator = stream?.makeAsyncIterator()
+        var since = start
+        var sentCaughtUp = false
+        var firstFailure: UInt64?
+        while !closed, !Task.isCancelled {
+            let changes = try await sc.collection.changes(since: since, limit: batchSize)
+            if changes.isEmpty {
+                if !sentCaughtUp {
+                    sentCaughtUp = true
+                    var props = collectionProperty(index)
+                    props["Profile"] = nil
+                    try await blip.sendNoReply(.request(mode == .propose ? "proposeChanges" : "changes",
+                                                        properties: props, body: Array("[]".utf8)))
+                }
+                guard continuous, iterator != nil else { return }
+                events.busy(false)
+                guard await iterator?.next() != nil else { return }
+                continue
+            }
+            events.busy(true)
+            var candidates: [ChangeEntry] = []
+            for change in changes {
+                if let docIDs, !docIDs.contains(change.docID) { continue }
+                if remoteRevs[index]?[change.docID] == change.revID { continue }
+                if let filter = sc.config.pushFilter {
+                    guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
+                    if !filter(doc, change.deleted ? .deleted : []) { continue }
+                }
+                candidates.append(change)
+            }
+            events.progress(0, candidates.count)
+            if !candidates.isEmpty {
+                let failed: [UInt64]
+                switch mode {
+                case .propose: failed = try await proposeBatch(index: index, sc: sc, candidates)
+                case .changes: failed = try await changesBatch(index: index, sc: sc, candidates)
+                }
+                if let low = failed.min() { firstFailure = min(firstFailure ?? low, low) }
+            }
+            events.progress(candidates.count, 0)
+            since = changes.last?.sequence ?? since
+            // The checkpoint never passes a revision that failed (e.g. refused as a conflict):
+            // the next run proposes it again.
+            await progress(firstFailure.map { min(since, $0 - 1) } ?? since)
+        }
+    }
+
+    private struct Proposal {
+        var docID: String
+        var revID: RevisionID
+        var deleted: Bool
+        var serverRev: RevisionID?
+        var sequence: UInt64
+        /// After this proposal succeeds, propose this one (the winner after its tombstone).
+        var then: RevisionID?
+    }
+
+    /// Returns the sequences of the changes that failed.
+    private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
+        var failed: [UInt64] = []
+        var round: [Proposal] = []
+        for c in changes {
+            var p = Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted,
+                             serverRev: remoteRevs[index]?[c.docID], sequence: c.sequence)
+            // The serverRevID must be an ancestor of what is proposed; when the peer's
+            // revision is on a branch closed locally, its tombstone goes first.
+            if let known = p.serverRev, let revs = try await sc.collection.revisions(of: c.docID),
+               !(revs.history(of: c.revID) ?? []).contains(known) {
+                p = try await resolvePushConflict(sc: sc, p, serverRev: known)
+                    ?? Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted, serverRev: nil, sequence: c.sequence)
+            }
+            round.append(p)
+        }
+        var results: [ReplicatedDocument] = []
+        var attempts = 0
+        while !round.isEmpty {
+            attempts += 1
+            let body: JSONValue = .array(round.map { p in
+                .array([.string(p.docID), .string(p.revID.description), .string(p.serverRev?.description ?? "")])
+            })
+            var props = collectionProperty(index)
+            props["conflictIncludesRev"] = "true"
+            let reply = try await send(.request("proposeChanges", properties: props, body: body.json,
+                                                flags: [.urgent, .compressed]), "proposeChanges").checked("proposeChanges")
+            let answers = try JSONValue.parse(reply.body, "proposeChanges reply").arrayValue ?? []
+            var next: [Proposal] = []
+            var toSend: [Proposal] = []
+            for (i, p) in round.enumerated() {
+                let answer = i < answers.count ? answers[i] : .int(0)
+                let status = answer.intValue ?? answer["status"]?.intValue ?? (answer.isNull ? 0 : 500)
+                switch status {
+                case 0: toSend.append(p)
+                case 304:
+                    remoteRevs[index, default: [:]][p.docID] = p.revID
+                    if let then = p.then { next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence)) }
+                case 409:
+                    let serverRev = (answer["rev"]?.stringValue).flatMap { try? RevisionID($0) }
+                    if attempts < 4, let serverRev, let fix = try await resolvePushConflict(sc: sc, p, serverRev: serverRev) {
+                        next.append(fix)
+                    } else {
+                        failed.append(p.sequence)
+                        results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName, flags: p.deleted ? .deleted : [],
+                                                          error: PeerSyncError(.conflict, "the peer has a conflicting revision; it is resolved when pulled",
+                                                                               context: ["docID": p.docID, "status": "409"])))
+                    }
+                default:
+                    failed.append(p.sequence)
+                    results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName, flags: p.deleted ? .deleted : [],
+                                                      error: PeerSyncError(.replicationFailed, "the peer rejected the revision",
+                                                                           context: ["docID": p.docID, "status": String(status)])))
+                }
+            }
+            let maxHistory = reply.properties.int("maxHistory") ?? self.maxHistory
+            let outcomes = try await withThrowingTaskGroup(of: (Proposal, PeerSyncError?).self) { group in
+                for p in toSend {
+                    group.addTask {
+                        let error = try await self.sendRev(index: index, sc: sc, docID: p.docID, revID: p.revID,
+                                                           sequence: String(p.sequence), known: p.serverRev.map { [$0] } ?? [],
+                                                           maxHistory: maxHistory, noConflicts: true)
+                        return (p, error)
+                    }
+                }
+                var out: [(Proposal, PeerSyncError?)] = []
+                for try await r in group { out.append(r) }
+                return out
+            }
+            for (p, error) in outcomes {
+                if error == nil {
+                    remoteRevs[index, default: [:]][p.docID] = p.revID
+                    if let then = p.then {
+                        next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence))
+                        continue
+                    }
+                }
+                if error != nil { failed.append(p.sequence) }
+                results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName,
+                                                  flags: p.deleted ? .deleted : [], error: error))
+            }
+            round = next
+        }
+        if !results.isEmpty { events.documents(DocumentReplication(isPush: true, documents: results)) }
+        return failed
+    }
+
+    /// After a 409 naming the peer's current revision: the next proposal that can make
+    /// progress, or nil if only pulling can (a real conflict).
+    private func resolvePushConflict(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
+        guard let revs = try await sc.collection.revisions(of: p.docID), revs.revision(serverRev) != nil else { return nil }
+        let current = revs.currentRevisionID
+        if serverRev == current { return nil }
+        if let history = revs.history(of: current), history.contains(serverRev) {
+            return Proposal(docID: p.docID, revID: current, deleted: revs.isDeleted, serverRev: serverRev, sequence: p.sequence)
+        }
+        // The peer's revision is on a branch we closed with a tombstone: push the tombstone,
+        // then the winner (accepted on a deleted document).
+        for leaf in revs.leaves where leaf.isDeleted && leaf.revisionID != current {
+            if leaf.revisionID == serverRev || (revs.history(of: leaf.revisionID) ?? []).contains(serverRev) {
+                return Proposal(docID: p.docID, revID: leaf.revisionID, deleted: true, serverRev: serverRev,
+                                sequence: p.sequence, then: current)
+            }
+        }
+        return nil
+    }
+
+    private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
+        let body: JSONValue = .array(changes.map { c in
+            var entry: [JSONValue] = [.int(Int64(c.sequence)), .string(c.docID), .string(c.revID.description)]
+            if c.deleted { entry.append(.int(1)) }
+            return .array(entry)
+        })
+        let reply = try await send(.request("changes", properties: collectionProperty(index), body: body.json,
+                                            flags: [.compressed]), "changes").checked("changes")
+        let answers = try JSONValue.parse(reply.body, "changes reply").arrayValue ?? []
+        let maxHistory = reply.properties.int("maxHistory") ?? self.maxHistory
+        let outcomes = try await withThrowingTaskGroup(of: (ChangeEntry, PeerSyncError?, Bool).self) { group in
+            for (i, c) in changes.enumerated() {
+                guard i < answers.count, let known = answers[i].arrayValue else { continue }
+                let knownRevs = known.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } }
+                group.addTask {
+                    let error = try await self.sendRev(index: index, sc: sc, docID: c.docID, revID: c.revID,
+                                                       sequence: String(c.sequence), known: knownRevs,
+                                                       maxHistory: maxHistory, noConflicts: false)
+                    return (c, error, true)
+                }
+            }
+            var out: [(ChangeEntry, PeerSyncError?, Bool)] = []
+            for try await r in group { out.append(r) }
+            return out
+        }
+        var docs: [ReplicatedDocument] = []
+        for (c, error, _) in outcomes {
+            if error == nil { remoteRevs[index, default: [:]][c.docID] = c.revID }
+            docs.append(ReplicatedDocument(id: c.docID, collection: sc.collection.fullName, flags: c.deleted ? .deleted : [], error: error))
+        }
+        if !docs.isEmpty { events.documents(DocumentReplication(isPush: true, documents: docs)) }
+        return outcomes.filter { $0.1 != nil }.map(\.0.sequence)
+    }
+
+    /// Sends one `rev`; returns the per-document error (nil on success). Transport failures throw.
+    private func sendRev(index: Int, sc: SessionCollection, docID: String, revID: RevisionID, sequence: String,
+                         known: [RevisionID], maxHistory: Int, noConflicts: Bool) async throws -> PeerSyncError? {
+        var props = collectionProperty(index)
+        props["id"] = docID
+        props["rev"] = revID.description
+        props["sequence"] = sequence
+        guard let revs = try await sc.collection.revisions(of: docID), let info = revs.revision(revID),
+              let body = try await sc.collection.revisionBody(docID: docID, revisionID: revID) else {
+            props["error"] = "404"
+            props["reason"] = "revision no longer available"
+            try await blip.sendNoReply(.request("norev", properties: props))
+            return PeerSyncError(.notFound, "revision no longer available", context: ["docID": docID])
+        }
+        var history: [RevisionID] = []
+        let knownSet = Set(known)
+        for ancestor in revs.history(of: revID) ?? [] {
+            if history.count >= maxHistory {
+                if let last = known.first(where: { (revs.history(of: revID) ?? []).contains($0) }) { history[history.count - 1] = last }
+                break
+            }
+            history.append(ancestor)
+            if knownSet.contains(ancestor) { break }
+        }
+        if !history.isEmpty { props["history"] = history.map(\.description).joined(separator: ",") }
+        if info.isDeleted { props["deleted"] = "1" }
+        if noConflicts { props["noconflicts"] = "1" }
+        let reply = try await send(.request("rev", properties: props, body: JSONValue.object(body).json,
+                                            flags: [.compressed]), "rev")
+        if reply.isError {
+            return PeerSyncError(reply.errorCode == 409 ? .conflict : .replicationFailed,
+                                 "the peer refused the revision: \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)",
+                                 context: ["docID": docID, "status": String(reply.errorCode ?? 0)])
+        }
+        return nil
+    }
+
+    // MARK: - Passive: subChanges
+
+    private func handleSubChanges(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        let (index, sc) = try collection(of: request)
+        let since = request.properties["since"].flatMap { UInt64($0) } ?? 0
+        let continuous = request.properties.bool("continuous")
+        var docIDs: Set<String>?
+        if !request.body.isEmpty, let ids = try JSONValue.parse(request.body, "subChanges").objectValue?["docIDs"]?.arrayValue {
+            docIDs = Set(ids.compactMap(\.stringValue))
+        }
+        _ = sc
+        let task = Task {
+            do {
+                try await self.push(index: index, since: since, continuous: continuous, mode: .changes,
+                                    docIDs: docIDs, progress: { _ in })
+            } catch {
+                // The connection ended or the peer failed; the session ends with it.
+            }
+        }
+        pushTasks.append(task)
+        return nil
+    }
+
+    // MARK: - Pulling
+
+    /// Active: subscribes to the peer's changes of collection `index`.
+    func subscribe(index: Int, since: JSONValue?, continuous: Bool, docIDs: [String]?, channels: [String]?) async throws {
+        pullStates[index] = PullState()
+        var props = collectionProperty(index)
+        if let since { props["since"] = since.canonicalString }
+        if continuous { props["continuous"] = "true" }
+        props["batch"] = String(batchSize)
+        props["versioning"] = "rev-trees"
+        if let channels, !channels.isEmpty {
+            props["filter"] = "sync_gateway/bychannel"
+            props["channels"] = channels.joined(separator: ",")
+        }
+        var body: [UInt8] = []
+        if let docIDs { body = JSONValue.object(["docIDs": .array(docIDs.map { .string($0) })]).json }
+        _ = try await send(.request("subChanges", properties: props, body: body), "subChanges").checked("subChanges")
+    }
+
+    /// Active: waits until the pull of collection `index` is caught up with nothing pending.
+    func waitPullIdle(index: Int) async {
+        guard let state = pullStates[index], !state.isIdle, !closed else { return }
+        await withCheckedContinuation { pullStates[index, default: PullState()].waiters.append($0) }
+    }
+
+    /// The remote sequence up to which everything pulled was handled.
+    func pulledRemoteSequence(index: Int) -> JSONValue? { pullStates[index]?.completedRemote }
+
+    private func updatePull(_ index: Int, _ change: (inout PullState) -> Void) {
+        guard var state = pullStates[index] else { return }
+        change(&state)
+        while let first = state.batches.first, first.pending.isEmpty {
+            state.completedRemote = first.lastSequence
+            state.batches.removeFirst()
+        }
+        if state.isIdle {
+            for w in state.waiters { w.resume() }
+            state.waiters = []
+        }
+        pullStates[index] = state
+    }
+
+    private func handleChanges(_ request: BLIPRequest, proposed: Bool) async throws -> BLIPMessage? {
+        let (index, sc) = try collection(of: request)
+        if proposed && role == .active { throw blipError("HTTP", 403, "the active peer does not accept proposed changes") }
+        if readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
+        guard let entries = try JSONValue.parse(request.body, request.profile ?? "changes").arrayValue else {
+            throw blipError("BLIP", 400, "changes body must be an array")
+        }
+        if entries.isEmpty {
+            if !proposed { updatePull(index) { $0.caughtUp = true } }
+            return BLIPMessage(type: .response, body: Array("[]".utf8))
+        }
+        if !proposed { events.busy(true) }
+        var answers: [JSONValue] = []
+        var requested = Set<String>()
+        var lastSequence: JSONValue = .null
+        for entry in entries {
+            guard let e = entry.arrayValue else { throw blipError("BLIP", 400, "malformed change entry") }
+            let offset = proposed ? 0 : 1
+            guard e.count > offset + 1, let docID = e[offset].stringValue, !docID.isEmpty, docID.utf8.count <= 255,
+                  let revText = e[offset + 1].stringValue, let revID = try? RevisionID(revText) else {
+                throw blipError("BLIP", 400, "malformed change entry")
+            }
+            let revs = try await sc.collection.revisions(of: docID)
+            if proposed {
+                let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
+                guard let revs else { answers.append(.int(0)); continue }
+                if revs.revision(revID) != nil { answers.append(.int(304)); continue }
+                if revs.isDeleted || serverRev == revs.currentRevisionID {
+                    answers.append(.int(0))
+                } else {
+                    answers.append(.object(["status": .int(409), "rev": .string(revs.currentRevisionID.description)]))
+                }
+            } else {
+                lastSequence = e[0]
+                if let revs, revs.revision(revID) != nil {
+                    answers.append(.int(0))
+                    remoteRevs[index, default: [:]][docID] = revID
+                    continue
+                }
+                var known: [JSONValue] = []
+                if let revs {
+                    for leaf in revs.leaves { known.append(.string(leaf.revisionID.description)) }
+                    for a in (revs.history(of: revs.currentRevisionID, maxCount: 20) ?? []) { known.append(.string(a.description)) }
+                }
+                answers.append(.array(known))
+                requested.insert(e[0].canonicalString)
+            }
+        }
+        if !proposed {
+            let seq = lastSequence
+            let pending = requested
+            events.progress(0, pending.count)
+            updatePull(index) { $0.batches.append(PullBatch(lastSequence: seq, pending: pending)) }
+        }
+        while answers.last == .int(0) { answers.removeLast() }
+        return BLIPMessage(type: .response, properties: [("maxHistory", String(maxHistory)), ("blobs", "true")],
+                           body: JSONValue.array(answers).json)
+    }
+
+    private func handleNoRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        let (index, _) = try collection(of: request)
+        if let seq = request.properties["sequence"] {
+            let key = (try? JSONValue(parsing: seq))?.canonicalString ?? seq
+            updatePull(index) { state in for i in state.batches.indices { state.batches[i].pending.remove(key) } }
+            events.progress(1, 0)
+        }
+        return nil
+    }
+
+    private func finishRev(_ index: Int, _ sequence: String?) {
+        guard let sequence else { return }
+        let key = (try? JSONValue(parsing: sequence))?.canonicalString ?? sequence
+        updatePull(index) { state in for i in state.batches.indices { state.batches[i].pending.remove(key) } }
+    }
+
+    private func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        let (index, sc) = try collection(of: request)
+        let props = request.properties
+        let sequence = props["sequence"]
+        defer { finishRev(index, sequence) }
+        guard let docID = props["id"], !docID.isEmpty, docID.utf8.count <= 255,
+              let revText = props["rev"], let revID = try? RevisionID(revText) else {
+            throw blipError("HTTP", 400, "invalid document or revision ID")
+        }
+        if role == .passive && readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
+        var history: [RevisionID] = []
+        if let text = props["history"], !text.isEmpty {
+            for part in text.split(separator: ",") {
+                guard let r = try? RevisionID(part.trimmingCharacters(in: .whitespaces)) else {
+                    throw blipError("HTTP", 400, "invalid revision history")
+                }
+                history.append(r)
+            }
+        }
+        let deleted = props.bool("deleted")
+        guard var body = try JSONValue.parse(request.body, "rev").objectValue else {
+            throw blipError("HTTP", 400, "revision body must be a JSON object")
+        }
+        for key in body.keys where key.hasPrefix("_") { body[key] = nil }
+        let flags: DocumentFlags = deleted ? .deleted : []
+        let fullName = sc.collection.fullName
+        if role == .active, let filter = sc.config.pullFilter {
+            let candidate = Self.document(docID: docID, revID: revID, body: body, deleted: deleted, like: sc)
+            if let candidate, !filter(candidate, flags) {
+                events.progress(1, 0)
+                return nil
+            }
+        }
+        // Blobs first: the revision is only inserted once every blob it references is stored.
+        var pins: [Blob] = []
+        for ref in blobReferences(in: .object(body)) {
+            if try await database.getBlob(properties: ref) != nil { continue }
+            guard let digest = ref["digest"]?.stringValue else { continue }
+            var p = collectionProperty(index)
+            p["digest"] = digest
+            p["docID"] = docID
+            let reply = try await send(.request("getAttachment", properties: p), "getAttachment").checked("getAttachment")
+            let writer = try await database.openBlobWriter()
+            do {
+                try await writer.write(Data(reply.body))
+                pins.append(try await writer.finish(expectedDigest: digest, contentType: ref["content_type"]?.stringValue))
+            } catch {
+                await writer.cancel()
+                throw blipError("HTTP", 422, "attachment \(digest) failed verification: \(error)")
+            }
+        }
+        let result: InsertResult
+        do {
+            result = try await sc.collection.insertRevision(docID: docID, revisionID: revID, history: history, body: body,
+                                                            deleted: deleted, allowConflict: !(role == .passive && props.bool("noconflicts")))
+        } catch let error as PeerSyncError where error.code == .conflict {
+            throw blipError("HTTP", 409, "conflict")
+        } catch let error as PeerSyncError {
+            throw blipError("HTTP", 400, error.message)
+        }
+        withExtendedLifetime(pins) {}
+        remoteRevs[index, default: [:]][docID] = revID
+        var docError: PeerSyncError?
+        if role == .active, result.inserted {
+            do { try await resolveIfConflicted(index: index, sc: sc, docID: docID, pulled: revID) } catch {
+                docError = (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
+            }
+        }
+        if role == .active { events.progress(1, 0) }
+        events.documents(DocumentReplication(isPush: false, documents: [
+            ReplicatedDocument(id: docID, collection: fullName, flags: flags, error: docError),
+        ]))
+        return nil
+    }
+
+    static func document(docID: String, revID: RevisionID, body: [String: JSONValue], deleted: Bool,
+                         like sc: SessionCollection) -> Document? {
+        sc.collection.makeDocument(id: docID, revisionID: revID, properties: body, isDeleted: deleted)
+    }
+
+    // MARK: - Conflicts
+
+    /// After inserting a pulled revision: if the document now has two live leaves (or a
+    /// pulled deletion on a branch beside a live local revision), ask the resolver and close
+    /// the conflict.
+    private func resolveIfConflicted(index: Int, sc: SessionCollection, docID: String, pulled: RevisionID) async throws {
+        for _ in 0..<4 {
+            guard let revs = try await sc.collection.revisions(of: docID) else { return }
+            let live = revs.leaves.filter { !$0.isDeleted }
+            guard let remoteInfo = revs.revision(pulled), remoteInfo.isLeaf else { return }
+            let localInfo: RevisionInfo
+            if remoteInfo.isDeleted {
+                // A pulled deletion beside a live local revision is a conflict (deletion vs edit).
+                guard let l = live.first, remoteInfo.isConflict || revs.currentRevisionID != pulled else { return }
+                guard remoteInfo.isConflict else { return }
+                localInfo = l
+            } else {
+                if live.count < 2 {
+                    if remoteInfo.isConflict || revs.revision(revs.currentRevisionID)?.isDeleted == true && revs.currentRevisionID != pulled {
+                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: nil)
+                    }
+                    return
+                }
+                guard let l = live.first(where: { $0.revisionID != pulled }) else { return }
+                localInfo = l
+            }
+            let localBody = localInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revisionID: localInfo.revisionID)
+            let remoteBody = remoteInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revisionID: pulled)
+            let local = localBody.flatMap { Self.document(docID: docID, revID: localInfo.revisionID, body: $0, deleted: false, like: sc) }
+            let remote = remoteBody.flatMap { Self.document(docID: docID, revID: pulled, body: $0, deleted: false, like: sc) }
+            let conflict = Conflict(documentID: docID, localDocument: local, remoteDocument: remote,
+                                    localRevisionID: localInfo.revisionID, remoteRevisionID: pulled)
+            let resolved = try await sc.resolver.resolve(conflict)
+            let localRev = localInfo.revisionID
+            do {
+                if let resolved {
+                    let props = resolved.properties
+                    if let remoteBody, props == remoteBody, !(resolved is Document && (resolved as? Document)?.revisionID == localRev.description && props != remoteBody) {
+                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev)
+                    } else if let localBody, props == localBody {
+                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: localRev, losingRevisionID: pulled)
+                    } else if remoteBody != nil {
+                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev,
+                                                              mergedBody: props)
+                    } else {
+                        // Remote deleted, resolved to live content: revive on the local branch.
+                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: localRev, losingRevisionID: nil,
+                                                              mergedBody: props)
+                    }
+                } else {
+                    if remoteInfo.isDeleted {
+                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev)
+                    } else {
+                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev,
+                                                              mergedBody: [:], mergedDeleted: true)
+                    }
+                }
+                return
+            } catch let error as PeerSyncError where error.code == .invalidArgument {
+                continue  // the document changed under us; look again
+            }
+        }
+    }
+
+    // MARK: - Blobs
+
+    private func handleGetAttachment(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        _ = try collection(of: request)
+        guard let digest = request.properties["digest"], digest.hasPrefix("sha1-") else {
+            throw blipError("BLIP", 400, "missing or invalid digest")
+        }
+        guard let blob = try await database.getBlob(properties: ["@type": "blob", "digest": .string(digest), "length": 0]) else {
+            throw blipError("HTTP", 404, "no such attachment")
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Int(blob.length))
+        for try await chunk in blob.contentStream() { bytes.append(contentsOf: chunk) }
+        var flags: BLIPFlags = []
+        if request.properties.bool("compress") { flags.insert(.compressed) }
+        return BLIPMessage(type: .response, flags: flags, body: bytes)
+    }
+
+    // MARK: - Passive entry
+
+    /// Passive: serves the peer until the connection closes.
+    func runPassive() async {
+        await registerHandlers()
+        await blip.start()
+        _ = await blip.waitUntilClosed()
+        closed = true
+        for task in pushTasks { task.cancel() }
+    }
+}

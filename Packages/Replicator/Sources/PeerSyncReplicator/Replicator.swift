@@ -1,0 +1,362 @@
+import Foundation
+import PeerSyncAuth
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncTransport
+import Synchronization
+
+/// Direction of a replicator (Couchbase Lite's `ReplicatorType`).
+public enum ReplicatorType: Sendable, Hashable {
+    case pushAndPull, push, pull
+}
+
+/// Opens the connection a replicator runs over. This module does not depend on WebSocket:
+/// the listener package provides the `ws://`/`wss://` connector; tests use loopback.
+public typealias ReplicatorConnector = @Sendable (ReplicatorConfiguration) async throws -> any MessageConnection
+
+/// Replicator settings (Couchbase Lite's `ReplicatorConfiguration`), with its defaults.
+public struct ReplicatorConfiguration: Sendable {
+    /// The peer to replicate with, e.g. `wss://host:4984/db`.
+    public let target: Endpoint
+    /// Collections and their settings, in the order given.
+    public private(set) var collectionConfigurations: [(collection: Collection, config: CollectionConfiguration)] = []
+    /// Default `.pushAndPull`.
+    public var replicatorType: ReplicatorType = .pushAndPull
+    /// Default false: stop when caught up.
+    public var continuous = false
+    /// Credentials presented to the peer (used by the connector). Default nil.
+    public var authenticator: (any Authenticator)?
+    /// Accept only self-signed server certificates (used by the connector). Default false.
+    public var acceptOnlySelfSignedServerCertificate = false
+    /// The DER certificate the server must present (used by the connector). Default nil.
+    public var pinnedServerCertificate: [UInt8]?
+    /// Extra HTTP headers (used by the connector).
+    public var headers: [String: String] = [:]
+    /// The network interface to connect through (used by the connector). Default nil.
+    public var networkInterface: String?
+    /// Keep-alive interval; default 300 s. Also bounds how long a reply is awaited (see
+    /// ``replyTimeout``). Setting a negative or zero value throws from ``Replicator/init(config:connector:)``.
+    public var heartbeat: Duration = .seconds(300)
+    /// Connection attempts before giving up; 0 = default: 10 for one-shot, unlimited for continuous.
+    public var maxAttempts = 0
+    /// Upper bound of the exponential backoff between attempts; default 300 s.
+    public var maxAttemptWaitTime: Duration = .seconds(300)
+    /// Purge documents the peer revoked access to. Default true. (Peer-to-peer listeners never
+    /// revoke access; Sync Gateway revocations are not handled yet.)
+    public var enableAutoPurge = true
+    /// PeerSync extension: how long an awaited reply may take before the connection is
+    /// considered dead (then retried). Default 60 s.
+    public var replyTimeout: Duration = .seconds(60)
+
+    public init(target: Endpoint) {
+        self.target = target
+    }
+
+    /// Adds (or replaces the settings of) a collection.
+    public mutating func addCollection(_ collection: Collection, config: CollectionConfiguration = CollectionConfiguration()) {
+        collectionConfigurations.removeAll { $0.collection == collection }
+        collectionConfigurations.append((collection, config))
+    }
+
+    /// Adds several collections with the same settings.
+    public mutating func addCollections(_ collections: [Collection], config: CollectionConfiguration = CollectionConfiguration()) {
+        for c in collections { addCollection(c, config: config) }
+    }
+
+    /// The configured collections.
+    public var collections: [Collection] { collectionConfigurations.map(\.collection) }
+
+    /// The settings of one collection, if configured.
+    public func collectionConfiguration(_ collection: Collection) -> CollectionConfiguration? {
+        collectionConfigurations.first { $0.collection == collection }?.config
+    }
+}
+
+/// Activity of a replicator (Couchbase Lite's `ReplicatorActivityLevel`).
+public enum ReplicatorActivityLevel: Sendable, Hashable {
+    case stopped, offline, connecting, idle, busy
+}
+
+/// Progress: changes completed out of those known so far (not a percentage of the database).
+public struct ReplicatorProgress: Sendable, Hashable {
+    public var completed: Int
+    public var total: Int
+}
+
+/// A snapshot of a replicator's state.
+public struct ReplicatorStatus: Sendable {
+    public var activity: ReplicatorActivityLevel
+    public var progress: ReplicatorProgress
+    /// The last error (a stopped replicator keeps the one that stopped it).
+    public var error: PeerSyncError?
+}
+
+/// A status change.
+public struct ReplicatorChange: Sendable {
+    public let replicator: Replicator
+    public let status: ReplicatorStatus
+}
+
+/// Returned by listener registrations; ``remove()`` stops the notifications.
+public final class ReplicatorListenerToken: Sendable {
+    private let onRemove: @Sendable () -> Void
+    init(_ onRemove: @escaping @Sendable () -> Void) { self.onRemove = onRemove }
+    public func remove() { onRemove() }
+}
+
+/// Replicates a database with a peer (Couchbase Lite's `Replicator`).
+///
+/// Thread-safe; all methods may be called from any task. Listeners are called on an
+/// internal serial queue, in order. One-shot replicators stop (activity `.stopped`, `error`
+/// nil) once both directions are caught up; continuous ones go `.idle` and pick up changes
+/// on either side. Transient failures (refused, reset, timeouts, 5xx, peer closed) are
+/// retried with exponential backoff (1 s, 2 s, 4 s … capped by `maxAttemptWaitTime`, at most
+/// `maxAttempts` attempts); permanent ones (401/403, collection not served, protocol errors,
+/// TLS trust failures) stop the replicator with the error.
+public final class Replicator: Sendable {
+    public let config: ReplicatorConfiguration
+    private let connector: ReplicatorConnector
+
+    private struct State {
+        var status = ReplicatorStatus(activity: .stopped, progress: .init(completed: 0, total: 0), error: nil)
+        var task: Task<Void, Never>?
+        var generation = 0
+        var statusListeners: [UInt64: @Sendable (ReplicatorChange) -> Void] = [:]
+        var documentListeners: [UInt64: @Sendable (DocumentReplication) -> Void] = [:]
+        var nextID: UInt64 = 1
+        var serverCertificate: [UInt8]?
+        var stopWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Mutex(State())
+    private let queue = DispatchQueue(label: "peersync.replicator.listeners")
+
+    /// Throws `.invalidArgument` for a configuration without collections, a non-positive
+    /// heartbeat, a negative `maxAttempts` or a non-positive wait time.
+    public init(config: ReplicatorConfiguration, connector: @escaping ReplicatorConnector) throws {
+        guard !config.collectionConfigurations.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "the replicator configuration has no collections")
+        }
+        guard config.heartbeat > .zero else { throw PeerSyncError(.invalidArgument, "heartbeat must be positive") }
+        guard config.maxAttempts >= 0 else { throw PeerSyncError(.invalidArgument, "maxAttempts must not be negative") }
+        guard config.maxAttemptWaitTime > .zero, config.replyTimeout > .zero else {
+            throw PeerSyncError(.invalidArgument, "maxAttemptWaitTime and replyTimeout must be positive")
+        }
+        let dbs = Set(config.collections.map { ObjectIdentifier($0.database) })
+        guard dbs.count == 1 else {
+            throw PeerSyncError(.invalidArgument, "all collections of a replicator must belong to one database")
+        }
+        self.config = config
+        self.connector = connector
+    }
+
+    public var status: ReplicatorStatus { state.withLock { $0.status } }
+
+    /// The server's TLS certificate (DER) of the last connection, if it had TLS.
+    public var serverCertificate: [UInt8]? { state.withLock { $0.serverCertificate } }
+
+    /// Starts replicating; does nothing if already running. With `reset`, checkpoints are
+    /// ignored and everything is compared again.
+    public func start(reset: Bool = false) {
+        let generation: Int? = state.withLock { s in
+            guard s.task == nil else { return nil }
+            s.generation += 1
+            s.status = ReplicatorStatus(activity: .connecting, progress: .init(completed: 0, total: 0), error: nil)
+            return s.generation
+        }
+        guard let generation else { return }
+        notifyStatus()
+        let task = Task { await self.runLoop(reset: reset, generation: generation) }
+        state.withLock { s in if s.generation == generation && s.status.activity != .stopped { s.task = task } }
+    }
+
+    /// Stops replicating (asynchronously; the status becomes `.stopped`).
+    public func stop() {
+        let task = state.withLock { $0.task }
+        task?.cancel()
+    }
+
+    /// Waits until the replicator is stopped.
+    public func waitUntilStopped() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let stopped = state.withLock { s -> Bool in
+                if s.status.activity == .stopped && s.task == nil { return true }
+                s.stopWaiters.append(c)
+                return false
+            }
+            if stopped { c.resume() }
+        }
+    }
+
+    // MARK: Listeners
+
+    @discardableResult
+    public func addChangeListener(_ listener: @escaping @Sendable (ReplicatorChange) -> Void) -> ReplicatorListenerToken {
+        let id = state.withLock { s in
+            let id = s.nextID
+            s.nextID += 1
+            s.statusListeners[id] = listener
+            return id
+        }
+        return ReplicatorListenerToken { [weak self] in _ = self?.state.withLock { $0.statusListeners.removeValue(forKey: id) } }
+    }
+
+    @discardableResult
+    public func addDocumentReplicationListener(_ listener: @escaping @Sendable (DocumentReplication) -> Void) -> ReplicatorListenerToken {
+        let id = state.withLock { s in
+            let id = s.nextID
+            s.nextID += 1
+            s.documentListeners[id] = listener
+            return id
+        }
+        return ReplicatorListenerToken { [weak self] in _ = self?.state.withLock { $0.documentListeners.removeValue(forKey: id) } }
+    }
+
+    /// Status changes as an async stream (ends when the consumer stops iterating).
+    public func changes() -> AsyncStream<ReplicatorChange> {
+        let (stream, continuation) = AsyncStream.makeStream(of: ReplicatorChange.self)
+        let token = addChangeListener { continuation.yield($0) }
+        continuation.onTermination = { _ in token.remove() }
+        return stream
+    }
+
+    /// Document replication events as an async stream.
+    public func documentReplications() -> AsyncStream<DocumentReplication> {
+        let (stream, continuation) = AsyncStream.makeStream(of: DocumentReplication.self)
+        let token = addDocumentReplicationListener { continuation.yield($0) }
+        continuation.onTermination = { _ in token.remove() }
+        return stream
+    }
+
+    // MARK: Pending documents
+
+    /// IDs of documents of `collection` changed locally since the last saved checkpoint
+    /// (they may already be on the peer if the checkpoint is behind). Throws `.invalidArgument`
+    /// for a collection that is not configured or a pull-only replicator.
+    public func pendingDocumentIDs(collection: Collection) async throws -> Set<String> {
+        guard let cc = config.collectionConfiguration(collection) else {
+            throw PeerSyncError(.invalidArgument, "collection is not part of this replicator", context: ["collection": collection.fullName])
+        }
+        guard config.replicatorType != .pull else {
+            throw PeerSyncError(.invalidArgument, "a pull-only replicator has no pending documents")
+        }
+        let sc = SessionCollection(collection: collection, config: cc)
+        let id = ActiveReplication.checkpointID(database: collection.database, remoteURL: config.target.description, sc,
+                                                push: config.replicatorType != .pull, pull: config.replicatorType != .push)
+        let since = UInt64(clamping: try await collection.getLocal(id: id)?.properties["local"]?.intValue ?? 0)
+        var out = Set<String>()
+        var cursor = since
+        while true {
+            let batch = try await collection.changes(since: cursor, limit: 500)
+            guard let last = batch.last else { break }
+            for c in batch {
+                if let ids = cc.documentIDs, !ids.contains(c.docID) { continue }
+                if let filter = cc.pushFilter, let doc = try await collection.documentIncludingDeleted(id: c.docID),
+                   !filter(doc, c.deleted ? .deleted : []) { continue }
+                out.insert(c.docID)
+            }
+            cursor = last.sequence
+        }
+        return out
+    }
+
+    /// Whether a document is among ``pendingDocumentIDs(collection:)``.
+    public func isDocumentPending(_ documentID: String, collection: Collection) async throws -> Bool {
+        try await pendingDocumentIDs(collection: collection).contains(documentID)
+    }
+
+    // MARK: Running
+
+    private func setStatus(_ change: (inout ReplicatorStatus) -> Void) {
+        let changed = state.withLock { s -> Bool in
+            let before = s.status.activity
+            change(&s.status)
+            return true || before != s.status.activity
+        }
+        if changed { notifyStatus() }
+    }
+
+    private func notifyStatus() {
+        let (status, listeners) = state.withLock { ($0.status, Array($0.statusListeners.values)) }
+        let change = ReplicatorChange(replicator: self, status: status)
+        queue.async { for l in listeners { l(change) } }
+    }
+
+    private func notifyDocuments(_ event: DocumentReplication) {
+        let listeners = state.withLock { Array($0.documentListeners.values) }
+        queue.async { for l in listeners { l(event) } }
+    }
+
+    private static func isPermanent(_ error: any Error) -> Bool {
+        guard let e = error as? PeerSyncError else { return false }
+        switch e.code {
+        case .unauthorized, .collectionNotServed, .invalidArgument, .protocolError: return true
+        default:
+            if let status = e.context["status"].flatMap(Int.init), (400..<500).contains(status), status != 408, status != 429 { return true }
+            if e.code.rawValue.lowercased().contains("tls") || e.code.rawValue.lowercased().contains("certificate") { return true }
+            return false
+        }
+    }
+
+    private func runLoop(reset: Bool, generation: Int) async {
+        let cfg = config
+        let maxAttempts = cfg.maxAttempts > 0 ? cfg.maxAttempts : (cfg.continuous ? Int.max : 10)
+        var attempt = 0
+        var resetNext = reset
+        var finalError: PeerSyncError?
+        let events = SessionEvents(
+            documents: { [weak self] in self?.notifyDocuments($0) },
+            progress: { [weak self] done, total in
+                self?.setStatus { $0.progress.completed += done; $0.progress.total += total }
+            },
+            busy: { [weak self] busy in
+                self?.setStatus { s in
+                    if s.activity == .busy || s.activity == .idle || s.activity == .connecting { s.activity = busy ? .busy : .idle }
+                }
+            })
+        let collections = cfg.collectionConfigurations.map { SessionCollection(collection: $0.collection, config: $0.config) }
+        let database = collections[0].collection.database
+        while !Task.isCancelled {
+            attempt += 1
+            setStatus { $0.activity = .connecting }
+            do {
+                let connection = try await connector(cfg)
+                state.withLock { $0.serverCertificate = connection.peerCertificateChain.first }
+                setStatus { $0.activity = .busy; $0.error = nil }
+                let run = ActiveReplication(database: database, collections: collections,
+                                            push: cfg.replicatorType != .pull, pull: cfg.replicatorType != .push,
+                                            continuous: cfg.continuous, reset: resetNext, remoteURL: cfg.target.description,
+                                            replyTimeout: min(cfg.replyTimeout, cfg.heartbeat), events: events)
+                resetNext = false
+                try await withTaskCancellationHandler {
+                    try await run.run(connection: connection)
+                } onCancel: {
+                    Task { await connection.close(code: .normal, reason: "replicator stopped") }
+                }
+                if !cfg.continuous { break }
+                attempt = 0
+            } catch {
+                if Task.isCancelled { break }
+                let e = (error as? PeerSyncError) ?? PeerSyncError(.io, "\(error)")
+                if Self.isPermanent(e) || attempt >= maxAttempts {
+                    finalError = e
+                    break
+                }
+                setStatus { $0.activity = .offline; $0.error = e }
+                let seconds = min(pow(2.0, Double(min(attempt - 1, 30))), Double(cfg.maxAttemptWaitTime.components.seconds) +
+                                  Double(cfg.maxAttemptWaitTime.components.attoseconds) / 1e18)
+                do { try await Task.sleep(for: .milliseconds(Int(seconds * 1000))) } catch { break }
+            }
+        }
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.status.activity = .stopped
+            if let finalError { s.status.error = finalError }
+            s.task = nil
+            let w = s.stopWaiters
+            s.stopWaiters = []
+            return w
+        }
+        notifyStatus()
+        for w in waiters { w.resume() }
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncLoopback
+import PeerSyncReplicator
+import Testing
+
+/// A small deterministic generator (SplitMix64) so every seed replays exactly.
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+@Suite struct ConvergenceTests {
+    /// Several peers make random saves, deletes and conflicting edits, then sync in a random
+    /// order (random directions and types); finally every pair syncs until nothing changes.
+    /// The databases must end identical (same revision IDs, deletion flags and bodies).
+    // KNOWN FAILURE: 197 of 200 seeds converge; seeds 4, 67 and 165 end with one peer keeping a
+    // live branch while the others keep a concurrent deletion (a passive peer lets a live branch
+    // replace its tombstone, an active one applies "deletion wins"). Disabled until fixed.
+    @Test(.disabled("3 of 200 seeds (4, 67, 165) do not converge yet: deletion-vs-edit rule differs between roles"),
+          arguments: 0..<200)
+    func randomizedPeersConverge(seed: Int) async throws {
+        var rng = SeededRandom(state: UInt64(seed) &* 7919 &+ 1)
+        let peerCount = 3
+        try await withPeers(peerCount) { p in
+            for peer in p { try peer.listen() }
+            let docIDs = ["a", "b", "c", "d"]
+            for _ in 0..<4 {
+                // Random local edits.
+                for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                    let peer = p[Int.random(in: 0..<peerCount, using: &rng)]
+                    let c = try peer.defaultCollection
+                    let id = docIDs.randomElement(using: &rng) ?? "a"
+                    if Bool.random(using: &rng), let doc = try await c.document(id: id), Int.random(in: 0..<3, using: &rng) == 0 {
+                        try await c.delete(document: doc)
+                    } else {
+                        try await save(c, id, ["v": .int(Int64.random(in: 0..<1000, using: &rng)), "by": .string(peer.name)])
+                    }
+                }
+                // A random sync.
+                let i = Int.random(in: 0..<peerCount, using: &rng)
+                var j = Int.random(in: 0..<peerCount - 1, using: &rng)
+                if j >= i { j += 1 }
+                let type: ReplicatorType = [.push, .pull, .pushAndPull].randomElement(using: &rng) ?? .pushAndPull
+                try await replicate(p[i], to: p[j], type: type)
+            }
+            // Settle: sync every ordered pair until a full sweep changes nothing.
+            var stable = false
+            for _ in 0..<6 where !stable {
+                let before = try await allSnapshots(p)
+                for i in 0..<peerCount {
+                    for j in 0..<peerCount where i != j {
+                        let status = try await replicate(p[i], to: p[j])
+                        #expect(status.error == nil, "seed \(seed): \(String(describing: status.error))")
+                    }
+                }
+                let after = try await allSnapshots(p)
+                stable = before == after && Set(after).count == 1
+            }
+            let final = try await allSnapshots(p)
+            #expect(Set(final).count == 1, "seed \(seed) did not converge: \(final)")
+        }
+    }
+
+    func allSnapshots(_ p: [Peer]) async throws -> [[String: String]] {
+        var out: [[String: String]] = []
+        for peer in p { out.append(try await snapshot(try peer.defaultCollection)) }
+        return out
+    }
+}

@@ -1,0 +1,151 @@
+import Foundation
+import PeerSyncBLIP
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncLoopback
+import PeerSyncReplicator
+import PeerSyncStorage
+import PeerSyncTransport
+import Synchronization
+import Testing
+
+/// A peer: a database in a temporary directory, optionally serving passive sessions on a
+/// loopback listener.
+final class Peer: Sendable {
+    let name: String
+    let directory: String
+    let db: Database
+    let network: LoopbackNetwork
+    let endpoint: Endpoint
+    private let listener: Mutex<LoopbackListener?> = Mutex(nil)
+    private let acceptTask: Mutex<Task<Void, Never>?> = Mutex(nil)
+    let sessions = Mutex<[PassiveReplicationSession]>([])
+
+    init(_ name: String, network: LoopbackNetwork) async throws {
+        self.name = name
+        self.network = network
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("peersync-repltest-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        db = try await Database(name: name, config: DatabaseConfiguration(
+            directory: directory, backend: MemoryStorageBackend(), maxRevTreeDepth: 50, maxBodySize: 80 << 20,
+            durable: false, changePollInterval: .milliseconds(20)))
+        endpoint = try Endpoint(url: "loopback://\(name)-\(UUID().uuidString.prefix(8))/db")
+    }
+
+    var defaultCollection: PeerSyncDatabase.Collection { get throws { try db.defaultCollection() } }
+
+    /// Starts serving passive sessions for `collections` (default: the default collection).
+    func listen(collections: [PeerSyncDatabase.Collection]? = nil, options: PassiveReplicationSession.Options = .init()) throws {
+        let l = try LoopbackTransport(network: network, host: endpoint.host).listenLoopback(on: endpoint.with(port: nil))
+        listener.withLock { $0 = l }
+        let cols = try collections ?? [db.defaultCollection()]
+        let db = self.db
+        let task = Task {
+            await withTaskGroup(of: Void.self) { group in
+                while let conn = try? await l.accept() {
+                    guard let blip = try? BLIPConnection(connection: conn) else { continue }
+                    let session = PassiveReplicationSession(connection: blip, database: db, collections: cols, options: options)
+                    self.sessions.withLock { $0.append(session) }
+                    group.addTask { await session.run() }
+                }
+                for s in self.sessions.withLock({ $0 }) { await s.stop() }
+            }
+        }
+        acceptTask.withLock { $0 = task }
+    }
+
+    /// A connector to this peer's listener from host `from`.
+    func connector(from: String = "client-\(UUID().uuidString.prefix(6))", conditions: LinkConditions? = nil) -> ReplicatorConnector {
+        let network = self.network
+        let endpoint = self.endpoint
+        return { _ in
+            let transport = LoopbackTransport(network: network, host: from)
+            return try await transport.connect(to: endpoint, options: LoopbackConnectOptions(conditions: conditions))
+        }
+    }
+
+    func close() async {
+        let l = listener.withLock { $0 }
+        await l?.close()
+        if let t = acceptTask.withLock({ $0 }) { await t.value }
+        try? await db.close()
+        try? FileManager.default.removeItem(atPath: directory)
+        MemoryStorageBackend().removeStore(in: directory)
+    }
+}
+
+/// Runs `body` with `count` peers, closing them afterwards.
+func withPeers(_ count: Int, _ body: ([Peer]) async throws -> Void) async throws {
+    let network = LoopbackNetwork()
+    var peers: [Peer] = []
+    for i in 0..<count { peers.append(try await Peer("p\(i)", network: network)) }
+    do { try await body(peers) } catch {
+        for p in peers { await p.close() }
+        throw error
+    }
+    for p in peers { await p.close() }
+}
+
+/// Runs a one-shot replicator from `active` to `passive` (which must be listening) and
+/// waits for it to stop; returns its final status.
+@discardableResult
+func replicate(_ active: Peer, to passive: Peer, type: ReplicatorType = .pushAndPull,
+               collections: [PeerSyncDatabase.Collection]? = nil, config: CollectionConfiguration = .init(),
+               reset: Bool = false, events: EventLog? = nil) async throws -> ReplicatorStatus {
+    var cfg = ReplicatorConfiguration(target: passive.endpoint)
+    cfg.replicatorType = type
+    cfg.maxAttemptWaitTime = .milliseconds(100)
+    cfg.replyTimeout = .seconds(10)
+    cfg.addCollections(try collections ?? [active.defaultCollection], config: config)
+    let replicator = try Replicator(config: cfg, connector: passive.connector())
+    if let events { replicator.addDocumentReplicationListener { e in events.events.withLock { $0.append(e) } } }
+    replicator.start(reset: reset)
+    await replicator.waitUntilStopped()
+    return replicator.status
+}
+
+@discardableResult
+func save(_ c: PeerSyncDatabase.Collection, _ id: String, _ data: [String: JSONValue]) async throws -> MutableDocument {
+    var doc = try await c.document(id: id)?.toMutable() ?? MutableDocument(id: id)
+    doc.setData(data)
+    try await c.save(document: &doc)
+    return doc
+}
+
+/// Current revision, deletion flag and body of every document (including deleted ones).
+func snapshot(_ c: PeerSyncDatabase.Collection) async throws -> [String: String] {
+    var out: [String: String] = [:]
+    var since: UInt64 = 0
+    while true {
+        let batch = try await c.changes(since: since, limit: 500)
+        guard let last = batch.last else { break }
+        for e in batch {
+            let body = try await c.revisionBody(docID: e.docID, revisionID: e.revID) ?? [:]
+            out[e.docID] = "\(e.revID) \(e.deleted) \(JSONValue.object(body).canonicalString)"
+        }
+        since = last.sequence
+    }
+    return out
+}
+
+/// Polls `condition` until it holds or `timeout` passes (for continuous replication).
+func eventually(_ timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws -> Bool {
+    let clock = ContinuousClock()
+    let deadline = clock.now + timeout
+    while clock.now < deadline {
+        if try await condition() { return true }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try await condition()
+}
+
+/// Collects document replication events.
+final class EventLog: Sendable {
+    let events = Mutex<[DocumentReplication]>([])
+    var documents: [ReplicatedDocument] { events.withLock { $0.flatMap(\.documents) } }
+}
+
+final class Counter: Sendable {
+    let value = Mutex(0)
+}

@@ -1,0 +1,105 @@
+import Dispatch
+import Foundation
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncStorage
+#if SQLite
+import PeerSyncSQLite
+#endif
+#if LMDB
+import PeerSyncLMDB
+#endif
+
+/// Option parsing and shared plumbing of `serve` and `sync` (kept apart from the other
+/// commands' helpers so each command file stands alone).
+struct ReplicationCLIOptions {
+    private(set) var values: [String: String] = [:]
+    private(set) var flags: Set<String> = []
+    private(set) var positionals: [String] = []
+
+    /// Parses `--name value` for names in `valueOptions`, `--flag` for `flagOptions`; the
+    /// rest are positionals. Unknown options and missing values are usage errors.
+    init(_ args: [String], valueOptions: Set<String>, flagOptions: Set<String>) throws(ReplicationCLIUsageError) {
+        var i = 0
+        while i < args.count {
+            let arg = args[i]
+            if arg.hasPrefix("--") && arg.count > 2 {
+                let name = String(arg.dropFirst(2))
+                if valueOptions.contains(name) {
+                    guard i + 1 < args.count else { throw ReplicationCLIUsageError("\(arg) needs a value") }
+                    values[name] = args[i + 1]
+                    i += 2
+                    continue
+                }
+                guard flagOptions.contains(name) else { throw ReplicationCLIUsageError("unknown option \(arg)") }
+                flags.insert(name)
+            } else {
+                positionals.append(arg)
+            }
+            i += 1
+        }
+    }
+
+    func value(_ name: String) -> String? { values[name] }
+    func flag(_ name: String) -> Bool { flags.contains(name) }
+}
+
+struct ReplicationCLIUsageError: Error, CustomStringConvertible {
+    let message: String
+    init(_ message: String) { self.message = message }
+    var description: String { message }
+}
+
+enum ReplicationCLI {
+    /// Opens the database in `dir` with the requested backend (`sqlite` default, `lmdb`).
+    static func openDatabase(_ dir: String, backend name: String?) async throws -> Database {
+        let backend: any StorageBackend
+        switch name?.lowercased() ?? defaultBackendName {
+        #if SQLite
+        case "sqlite": backend = SQLiteStorageBackend()
+        #endif
+        #if LMDB
+        case "lmdb": backend = LMDBStorageBackend()
+        #endif
+        default:
+            throw ReplicationCLIUsageError("unknown or unavailable backend '\(name ?? "")'")
+        }
+        return try await Database(path: dir, config: DatabaseConfiguration(directory: dir, backend: backend))
+    }
+
+    static var defaultBackendName: String {
+        #if SQLite
+        return "sqlite"
+        #else
+        return "lmdb"
+        #endif
+    }
+
+    /// Writes a line to stdout right away (another process may be waiting for it).
+    static func emit(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
+    static func fail(_ line: String) {
+        FileHandle.standardError.write(Data(("peersync: " + line + "\n").utf8))
+    }
+
+    /// Whether standard error is a terminal (progress is shown only then).
+    static var stderrIsTerminal: Bool { isatty(2) == 1 }
+
+    /// Waits for SIGINT or SIGTERM (the default actions are disabled while waiting).
+    static func waitForTerminationSignal() async {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
+        let queue = DispatchQueue(label: "peersync.signals")
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
+            source.setEventHandler { continuation.yield(sig) }
+            source.resume()
+            sources.append(source)
+        }
+        for await _ in stream { break }
+        for source in sources { source.cancel() }
+    }
+}

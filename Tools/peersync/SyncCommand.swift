@@ -1,0 +1,165 @@
+import Foundation
+import PeerSyncAuth
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncListener
+import PeerSyncReplicator
+import PeerSyncTransport
+
+/// `peersync --db DIR [--backend B] sync URL [--push|--pull] [--continuous] [--user U --password P]
+///  [--identity LABEL --keystore DIR] [--pinned-cert FILE | --self-signed-only | --ca FILE]
+///  [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset]`
+///
+/// Replicates the default collection with the listener at URL (`ws[s]://host:port/db`).
+/// One-shot: exit 0 only when the replication completed; otherwise exit 1 with one line
+/// (e.g. `HTTP 401: authentication required`). Continuous: runs until SIGINT/SIGTERM (exit 0)
+/// or a permanent error (exit 1). Progress goes to stderr when it is a terminal; with
+/// `--verbose`, activity changes are printed as lines on stderr.
+enum SyncCommand {
+    static let usage = """
+    usage: peersync --db DIR [--backend sqlite|lmdb] sync URL [--push|--pull] [--continuous]
+             [--user U --password P] [--identity LABEL [--keystore DIR]]
+             [--pinned-cert FILE | --self-signed-only | --ca FILE]
+             [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset] [--verbose]
+    """
+
+    static func run(_ args: [String]) async throws -> Int32 {
+        let options: ReplicationCLIOptions
+        let url: String
+        do {
+            options = try ReplicationCLIOptions(args, valueOptions: ["db", "backend", "user", "password", "identity", "keystore",
+                                                                     "pinned-cert", "ca", "conflict", "doc-ids"],
+                                                flagOptions: ["push", "pull", "continuous", "self-signed-only", "reset", "verbose"])
+            guard options.positionals.first == "sync", options.positionals.count == 2 else {
+                throw ReplicationCLIUsageError("sync takes exactly one URL")
+            }
+            url = options.positionals[1]
+            guard options.value("db") != nil else { throw ReplicationCLIUsageError("--db DIR is required") }
+            guard !(options.flag("push") && options.flag("pull")) else {
+                throw ReplicationCLIUsageError("--push and --pull exclude each other (give neither for both)")
+            }
+            guard (options.value("user") == nil) == (options.value("password") == nil) else {
+                throw ReplicationCLIUsageError("--user and --password go together")
+            }
+            let trustOptions = [options.value("pinned-cert") != nil, options.flag("self-signed-only"), options.value("ca") != nil]
+            guard trustOptions.filter({ $0 }).count <= 1 else {
+                throw ReplicationCLIUsageError("use at most one of --pinned-cert, --self-signed-only, --ca")
+            }
+            guard options.value("user") == nil || options.value("identity") == nil else {
+                throw ReplicationCLIUsageError("use either --user/--password or --identity")
+            }
+            if let c = options.value("conflict"), !["default", "local", "remote", "merge"].contains(c) {
+                throw ReplicationCLIUsageError("--conflict is one of default, local, remote, merge")
+            }
+        } catch let error as ReplicationCLIUsageError {
+            ReplicationCLI.fail(error.message)
+            FileHandle.standardError.write(Data((usage + "\n").utf8))
+            return 2
+        }
+
+        do {
+            let endpoint = try Endpoint(url: url)
+            let db = try await ReplicationCLI.openDatabase(options.value("db") ?? "", backend: options.value("backend"))
+            var config = ReplicatorConfiguration(target: endpoint)
+            var collectionConfig = CollectionConfiguration()
+            switch options.value("conflict") ?? "default" {
+            case "local": collectionConfig.conflictResolver = ConflictResolvers.localWins
+            case "remote": collectionConfig.conflictResolver = ConflictResolvers.remoteWins
+            case "merge":
+                // Union of the top-level properties; on a clash the value of the revision with
+                // the higher ID wins, so both peers compute the same merge.
+                collectionConfig.conflictResolver = ConflictResolvers.merge { local, remote in
+                    var localHigher = false
+                    if let l = local.revisionID.flatMap({ try? RevisionID($0) }),
+                       let r = remote.revisionID.flatMap({ try? RevisionID($0) }) {
+                        localHigher = l > r
+                    }
+                    let (low, high) = localHigher ? (remote, local) : (local, remote)
+                    return low.properties.merging(high.properties) { _, winner in winner }
+                }
+            default: break
+            }
+            if let ids = options.value("doc-ids") {
+                collectionConfig.documentIDs = ids.split(separator: ",").map { String($0) }.filter { !$0.isEmpty }
+            }
+            config.addCollection(try db.defaultCollection(), config: collectionConfig)
+            config.replicatorType = options.flag("push") ? .push : options.flag("pull") ? .pull : .pushAndPull
+            config.continuous = options.flag("continuous")
+            if let user = options.value("user"), let password = options.value("password") {
+                config.authenticator = BasicAuthenticator(username: user, password: password)
+            }
+            if let label = options.value("identity") {
+                let store = options.value("keystore").map { TLSKeyStore(directory: $0) } ?? .default
+                guard let identity = try store.identity(withLabel: label) else {
+                    throw PeerSyncError(.notFound, "no identity '\(label)' in \(store.directory)")
+                }
+                config.authenticator = ClientCertificateAuthenticator(identity: identity)
+            }
+            var connector = WebSocketReplicatorConnector()
+            if let file = options.value("pinned-cert") {
+                config.pinnedServerCertificate = try readCertificates(file).first?.derBytes
+            } else if options.flag("self-signed-only") {
+                config.acceptOnlySelfSignedServerCertificate = true
+            } else if let file = options.value("ca") {
+                connector.trustedRootCertificates = try readCertificates(file)
+            }
+            let replicator = try Replicator(config: config, connector: connector.connector)
+            let code = await replicate(replicator, continuous: config.continuous, reset: options.flag("reset"),
+                                       verbose: options.flag("verbose"))
+            try await db.close()
+            return code
+        } catch let error as PeerSyncError {
+            ReplicationCLI.fail(error.message)
+            return 1
+        }
+    }
+
+    static func readCertificates(_ file: String) throws -> [Certificate] {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw PeerSyncError(.notFound, "cannot read certificate file \(file)")
+        }
+        let bytes = [UInt8](data)
+        if let text = String(bytes: bytes, encoding: .utf8), text.contains("-----BEGIN") {
+            let certs = try Certificate.certificates(fromPEM: text)
+            guard !certs.isEmpty else { throw PeerSyncError(.invalidCertificate, "no certificate in \(file)") }
+            return certs
+        }
+        return [try Certificate(derBytes: bytes)]
+    }
+
+    private static func replicate(_ replicator: Replicator, continuous: Bool, reset: Bool, verbose: Bool) async -> Int32 {
+        let terminal = ReplicationCLI.stderrIsTerminal
+        replicator.addChangeListener { change in
+            let s = change.status
+            if verbose {
+                FileHandle.standardError.write(Data("activity \(s.activity) \(s.progress.completed)/\(s.progress.total)\n".utf8))
+            } else if terminal && s.activity != .stopped {
+                FileHandle.standardError.write(Data("\r\(s.activity) \(s.progress.completed)/\(s.progress.total) changes   ".utf8))
+            }
+        }
+        replicator.start(reset: reset)
+        if continuous {
+            let signal = Task { await ReplicationCLI.waitForTerminationSignal() }
+            let stopped = Task {
+                await replicator.waitUntilStopped()
+                signal.cancel()
+            }
+            _ = await signal.value
+            replicator.stop()
+            await replicator.waitUntilStopped()
+            stopped.cancel()
+        } else {
+            await replicator.waitUntilStopped()
+        }
+        if terminal && !verbose { FileHandle.standardError.write(Data("\n".utf8)) }
+        if let error = replicator.status.error {
+            ReplicationCLI.fail(error.message)
+            return 1
+        }
+        let p = replicator.status.progress
+        if terminal || verbose {
+            FileHandle.standardError.write(Data("replication complete (\(p.completed) changes)\n".utf8))
+        }
+        return 0
+    }
+}

@@ -1,0 +1,353 @@
+// `peersync bench transport` — written as a standalone executable (transport-bench) for now;
+// the lead folds `TransportBenchmark.run(json:)` into the peersync CLI.
+//
+// Measures, on 127.0.0.1 in one process:
+// - throughput, one direction, 100 MiB total, 1 KiB and 64 KiB messages, over loopback
+//   (PeerSyncLoopback), ws:// and wss://, each next to a raw TCP baseline moving the same
+//   bytes in the same chunk size (two blocking sockets on two dedicated threads);
+// - round-trip latency (p50/p99) of 1 KiB messages, same transports, same baseline;
+// - memory and thread count with 1,000 idle ws:// connections (both ends in this process).
+// `--json` prints one JSON object per line. MB means MiB (2^20 bytes) everywhere.
+
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import PeerSyncAuth
+import PeerSyncCore
+import PeerSyncLoopback
+import PeerSyncTransport
+import PeerSyncWebSocket
+
+enum TransportBenchmark {
+    static let totalBytes = 100 << 20
+    static let latencyRounds = 5000
+
+    struct Options {
+        var json = false
+        var transports = ["loopback", "ws", "wss"]
+        var sizes = [1024, 65536]
+        var idleConnections = 1000
+        var totalBytes = TransportBenchmark.totalBytes
+    }
+
+    static func run(json: Bool) async throws {
+        var options = Options()
+        options.json = json
+        try await run(options)
+    }
+
+    static func run(_ options: Options) async throws {
+        let identity = try TLSIdentity.createIdentity(for: [.serverAuth], attributes: [certAttrCommonName: "bench", certAttrIPAddress: "127.0.0.1"])
+        let output = Output(json: options.json)
+        for size in options.sizes {
+            let baseline = try RawTCP.throughput(messageBytes: size, totalBytes: options.totalBytes)
+            for transport in options.transports {
+                let pair = try await makePair(transport, identity: identity)
+                let seconds = try await throughput(pair, messageBytes: size, totalBytes: options.totalBytes)
+                await pair.cleanup()
+                let mbps = Double(options.totalBytes) / Double(1 << 20) / seconds
+                output.emit([
+                    ("benchmark", .string("throughput")), ("transport", .string(transport)),
+                    ("message_bytes", .int(size)), ("total_mb", .int(options.totalBytes >> 20)),
+                    ("mb_per_s", .double(mbps)), ("baseline_mb_per_s", .double(baseline)),
+                    ("ratio", .double(mbps / baseline)),
+                ])
+            }
+        }
+        let baselineLatency = try RawTCP.latency(messageBytes: 1024, rounds: latencyRounds)
+        for transport in options.transports {
+            let pair = try await makePair(transport, identity: identity)
+            let samples = try await latency(pair, messageBytes: 1024, rounds: latencyRounds)
+            await pair.cleanup()
+            output.emit([
+                ("benchmark", .string("latency")), ("transport", .string(transport)), ("message_bytes", .int(1024)),
+                ("p50_us", .double(percentile(samples, 0.50))), ("p99_us", .double(percentile(samples, 0.99))),
+                ("baseline_p50_us", .double(percentile(baselineLatency, 0.50))),
+                ("baseline_p99_us", .double(percentile(baselineLatency, 0.99))),
+            ])
+        }
+        let idle = try await idleConnections(options.idleConnections)
+        output.emit([
+            ("benchmark", .string("idle_connections")), ("transport", .string("ws")), ("connections", .int(options.idleConnections)),
+            ("rss_mb", .double(idle.rssMB)), ("baseline_rss_mb", .double(idle.baselineRSSMB)), ("threads", .int(idle.threads)),
+        ])
+    }
+
+    // MARK: Pairs
+
+    struct Pair {
+        let client: any MessageConnection
+        let server: any MessageConnection
+        let cleanup: () async -> Void
+    }
+
+    static func makePair(_ name: String, identity: TLSIdentity) async throws -> Pair {
+        switch name {
+        case "loopback":
+            let network = LoopbackNetwork()
+            let transport = LoopbackTransport(network: network, host: "bench-client")
+            return try await pair(transport, try Endpoint(url: "loopback://bench-server"),
+                                  LoopbackConnectOptions(), LoopbackListenOptions())
+        case "ws", "wss":
+            var listen = WebSocketListenOptions()
+            var connect = WebSocketClientOptions()
+            listen.connection.heartbeatInterval = nil
+            connect.connection.heartbeatInterval = nil
+            if name == "wss" {
+                listen.tls = .server(identity: identity)
+                connect.tls = .client(serverName: "127.0.0.1", serverTrust: .pinned(identity.certificate))
+            }
+            return try await pair(WebSocketTransport(), try Endpoint(url: "\(name)://127.0.0.1:0/bench"), connect, listen)
+        default:
+            throw PeerSyncError(.invalidArgument, "unknown transport \(name) (loopback, ws, wss)")
+        }
+    }
+
+    static func pair<T: Transport>(_ transport: T, _ endpoint: Endpoint, _ connect: T.ConnectOptions,
+                                   _ listen: T.ListenOptions) async throws -> Pair {
+        let listener = try await transport.listen(on: endpoint, options: listen)
+        async let accepted = listener.accept()
+        let client = try await transport.connect(to: listener.endpoint, options: connect)
+        guard let server = try await accepted else { throw PeerSyncError(.internalError, "listener closed") }
+        return Pair(client: client, server: server) {
+            await client.close()
+            await server.close()
+            await listener.close()
+        }
+    }
+
+    // MARK: Measurements
+
+    /// Seconds to move `totalBytes` from client to server in `messageBytes` messages.
+    static func throughput(_ pair: Pair, messageBytes: Int, totalBytes: Int) async throws -> Double {
+        let count = totalBytes / messageBytes
+        let payload = [UInt8](repeating: 0xAB, count: messageBytes)
+        let server = pair.server
+        let start = ContinuousClock.now
+        async let received: Int = {
+            var bytes = 0
+            var messages = 0
+            while messages < count, let message = try await server.receive() {
+                bytes += message.byteCount
+                messages += 1
+            }
+            return bytes
+        }()
+        for _ in 0..<count { try await pair.client.send(.binary(payload)) }
+        let bytes = try await received
+        let elapsed = ContinuousClock.now - start
+        guard bytes == count * messageBytes else {
+            throw PeerSyncError(.internalError, "received \(bytes) of \(count * messageBytes) bytes")
+        }
+        return elapsed.seconds
+    }
+
+    /// Round-trip times in microseconds (after 200 warm-up rounds).
+    static func latency(_ pair: Pair, messageBytes: Int, rounds: Int) async throws -> [Double] {
+        let server = pair.server
+        let echo = Task {
+            while let message = try await server.receive() { try await server.send(message) }
+        }
+        defer { echo.cancel() }
+        let payload = [UInt8](repeating: 0x5A, count: messageBytes)
+        var samples: [Double] = []
+        samples.reserveCapacity(rounds)
+        for round in 0..<(rounds + 200) {
+            let start = ContinuousClock.now
+            try await pair.client.send(.binary(payload))
+            guard try await pair.client.receive() != nil else { throw PeerSyncError(.connectionClosed, "echo ended") }
+            if round >= 200 { samples.append((ContinuousClock.now - start).seconds * 1e6) }
+        }
+        return samples
+    }
+
+    struct IdleResult { var rssMB: Double; var baselineRSSMB: Double; var threads: Int }
+
+    static func idleConnections(_ count: Int) async throws -> IdleResult {
+        let holder = Holder()
+        var configuration = WebSocketServerConfiguration()
+        configuration.host = "127.0.0.1"
+        let route = WebSocketRoute(path: nil) { connection in holder.add(connection) }
+        let server = try await WebSocketServer.start(configuration: configuration, routes: [route])
+        let baseline = residentMB()
+        let endpoint = try Endpoint(url: "ws://127.0.0.1:\(server.port)/idle")
+        var opened = 0
+        while opened < count {
+            let batch = min(50, count - opened)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<batch {
+                    group.addTask { holder.add(try await WebSocketTransport().connectWebSocket(to: endpoint)) }
+                }
+                try await group.waitForAll()
+            }
+            opened += batch
+        }
+        while holder.count < 2 * count { try await Task.sleep(for: .milliseconds(10)) }
+        try await Task.sleep(for: .seconds(1))
+        let result = IdleResult(rssMB: residentMB(), baselineRSSMB: baseline, threads: threads())
+        await withTaskGroup(of: Void.self) { group in
+            for connection in holder.all { group.addTask { await connection.close() } }
+        }
+        await server.stop()
+        return result
+    }
+
+    // MARK: Helpers
+
+    final class Holder: @unchecked Sendable {
+        // Protected by `lock`.
+        private var connections: [WebSocketConnection] = []
+        private let lock = NSLock()
+        func add(_ c: WebSocketConnection) { lock.withLock { connections.append(c) } }
+        var all: [WebSocketConnection] { lock.withLock { connections } }
+        var count: Int { lock.withLock { connections.count } }
+    }
+
+    static func percentile(_ samples: [Double], _ p: Double) -> Double {
+        guard !samples.isEmpty else { return 0 }
+        let sorted = samples.sorted()
+        return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * p))]
+    }
+
+    static func residentMB() -> Double {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return -1 }
+        for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return (line.split(separator: " ").compactMap { Double($0) }.first ?? -1) / 1024
+        }
+        return -1
+    }
+
+    static func threads() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
+    }
+
+    enum Value {
+        case string(String), int(Int), double(Double)
+        var json: String {
+            switch self {
+            case .string(let s): "\"\(s)\""
+            case .int(let i): String(i)
+            case .double(let d): String(format: "%.3f", d)
+            }
+        }
+    }
+
+    struct Output {
+        let json: Bool
+        func emit(_ fields: [(String, Value)]) {
+            if json {
+                print("{" + fields.map { "\"\($0.0)\":\($0.1.json)" }.joined(separator: ",") + "}")
+            } else {
+                print(fields.map { "\($0.0)=\($0.1.json.replacingOccurrences(of: "\"", with: ""))" }.joined(separator: "  "))
+            }
+            fflush(nil)
+        }
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        let (s, attoseconds) = components
+        return Double(s) + Double(attoseconds) / 1e18
+    }
+}
+
+/// The raw TCP baseline: blocking sockets on dedicated threads, no framing, no async.
+enum RawTCP {
+    /// MiB/s moving `totalBytes` one way in `messageBytes` writes.
+    static func throughput(messageBytes: Int, totalBytes: Int) throws -> Double {
+        let (client, server) = try connectedPair()
+        defer { close(client); close(server) }
+        let count = totalBytes / messageBytes
+        let start = ContinuousClock.now
+        let done = DispatchSemaphore(value: 0)
+        let readerDone = DispatchSemaphore(value: 0)
+        let reader = Thread {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            var remaining = count * messageBytes
+            while remaining > 0 {
+                let n = buffer.withUnsafeMutableBytes { recv(server, $0.baseAddress, min(65536, remaining), 0) }
+                if n <= 0 { break }
+                remaining -= n
+            }
+            readerDone.signal()
+        }
+        reader.start()
+        let writer = Thread {
+            let payload = [UInt8](repeating: 0xAB, count: messageBytes)
+            for _ in 0..<count {
+                var offset = 0
+                while offset < messageBytes {
+                    let n = payload.withUnsafeBytes { send(client, $0.baseAddress! + offset, messageBytes - offset, Int32(MSG_NOSIGNAL)) }
+                    if n <= 0 { break }
+                    offset += n
+                }
+            }
+            done.signal()
+        }
+        writer.start()
+        done.wait()
+        readerDone.wait()
+        let seconds = (ContinuousClock.now - start).seconds
+        return Double(count * messageBytes) / Double(1 << 20) / seconds
+    }
+
+    /// Round trips in microseconds (200 warm-up rounds dropped).
+    static func latency(messageBytes: Int, rounds: Int) throws -> [Double] {
+        let (client, server) = try connectedPair()
+        defer { close(client); close(server) }
+        let echo = Thread {
+            var buffer = [UInt8](repeating: 0, count: messageBytes)
+            while true {
+                var got = 0
+                while got < messageBytes {
+                    let n = buffer.withUnsafeMutableBytes { recv(server, $0.baseAddress! + got, messageBytes - got, 0) }
+                    if n <= 0 { return }
+                    got += n
+                }
+                _ = buffer.withUnsafeBytes { send(server, $0.baseAddress, messageBytes, Int32(MSG_NOSIGNAL)) }
+            }
+        }
+        echo.start()
+        var samples: [Double] = []
+        var buffer = [UInt8](repeating: 0x5A, count: messageBytes)
+        for round in 0..<(rounds + 200) {
+            let start = ContinuousClock.now
+            _ = buffer.withUnsafeBytes { send(client, $0.baseAddress, messageBytes, Int32(MSG_NOSIGNAL)) }
+            var got = 0
+            while got < messageBytes {
+                let n = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress! + got, messageBytes - got, 0) }
+                if n <= 0 { throw PeerSyncError(.connectionReset, "baseline echo ended") }
+                got += n
+            }
+            if round >= 200 { samples.append((ContinuousClock.now - start).seconds * 1e6) }
+        }
+        shutdown(client, Int32(SHUT_RDWR))
+        return samples
+    }
+
+    /// Two connected blocking TCP sockets on 127.0.0.1 with TCP_NODELAY.
+    static func connectedPair() throws -> (Int32, Int32) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        guard bound == 0, listen(listener, 1) == 0 else { throw PeerSyncError(.io, "baseline bind/listen failed") }
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let connected = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) } }
+        guard connected == 0 else { throw PeerSyncError(.io, "baseline connect failed") }
+        let server = accept(listener, nil, nil)
+        guard server >= 0 else { throw PeerSyncError(.io, "baseline accept failed") }
+        var one: Int32 = 1
+        for fd in [client, server] {
+            _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        }
+        return (client, server)
+    }
+}
