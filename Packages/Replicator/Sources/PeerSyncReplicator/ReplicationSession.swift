@@ -53,6 +53,12 @@ actor ReplicationSession {
     private var pushTasks: [Task<Void, Never>] = []
     /// Revisions known to be on the peer, per collection index and document.
     private var remoteRevs: [Int: [String: RevisionID]] = [:]
+    /// Closed (deleted, non-current) leaves already pushed or known to be on the peer.
+    private var sentLeaves: [Int: Set<String>] = [:]
+    /// Passive: live revisions proposed by a peer that named our current tombstone as its
+    /// `serverRevID` (it saw the deletion and resolved): not a deletion-vs-edit conflict.
+    private var overTombstone: Set<String> = []
+    static func leafKey(_ docID: String, _ rev: RevisionID) -> String { docID + "\n" + rev.description }
     private var pullStates: [Int: PullState] = [:]
     private var closed = false
 
@@ -310,11 +316,22 @@ actor ReplicationSession {
             var candidates: [ChangeEntry] = []
             for change in changes {
                 if let docIDs, !docIDs.contains(change.docID) { continue }
-                if remoteRevs[index]?[change.docID] == change.revID { continue }
                 if let filter = sc.config.pushFilter {
                     guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
                     if !filter(doc, change.deleted ? .deleted : []) { continue }
                 }
+                // Closed (tombstoned) branches travel too, before the current revision: a
+                // conflict resolution that tombstones a branch does not always change the
+                // current revision, and a peer still holding that branch live must learn it
+                // was closed, or the peers would pick different winners.
+                if let revs = try await sc.collection.revisions(of: change.docID), revs.leaves.count > 1 {
+                    for leaf in revs.leaves where leaf.isDeleted && leaf.revisionID != change.revID
+                        && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revisionID)) ?? false) {
+                        candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
+                                                      revID: leaf.revisionID, deleted: true))
+                    }
+                }
+                if remoteRevs[index]?[change.docID] == change.revID { continue }
                 candidates.append(change)
             }
             events.progress(0, candidates.count)
@@ -381,6 +398,7 @@ actor ReplicationSession {
                 case 0: toSend.append(p)
                 case 304:
                     remoteRevs[index, default: [:]][p.docID] = p.revID
+                    sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
                     if let then = p.then { next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence)) }
                 case 409:
                     let serverRev = (answer["rev"]?.stringValue).flatMap { try? RevisionID($0) }
@@ -416,6 +434,7 @@ actor ReplicationSession {
             for (p, error) in outcomes {
                 if error == nil {
                     remoteRevs[index, default: [:]][p.docID] = p.revID
+                    sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
                     if let then = p.then {
                         next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence))
                         continue
@@ -478,7 +497,10 @@ actor ReplicationSession {
         }
         var docs: [ReplicatedDocument] = []
         for (c, error, _) in outcomes {
-            if error == nil { remoteRevs[index, default: [:]][c.docID] = c.revID }
+            if error == nil {
+                remoteRevs[index, default: [:]][c.docID] = c.revID
+                sentLeaves[index, default: []].insert(Self.leafKey(c.docID, c.revID))
+            }
             docs.append(ReplicatedDocument(id: c.docID, collection: sc.collection.fullName, flags: c.deleted ? .deleted : [], error: error))
         }
         if !docs.isEmpty { events.documents(DocumentReplication(isPush: true, documents: docs)) }
@@ -614,6 +636,9 @@ actor ReplicationSession {
                 let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
                 guard let revs else { answers.append(.int(0)); continue }
                 if revs.revision(revID) != nil { answers.append(.int(304)); continue }
+                if revs.isDeleted, serverRev == revs.currentRevisionID {
+                    overTombstone.insert(Self.leafKey(docID, revID))
+                }
                 if revs.isDeleted || serverRev == revs.currentRevisionID {
                     answers.append(.int(0))
                 } else {
@@ -713,6 +738,13 @@ actor ReplicationSession {
                 throw blipError("HTTP", 422, "attachment \(digest) failed verification: \(error)")
             }
         }
+        if role == .passive, props.bool("noconflicts"), !deleted, let revs = try await sc.collection.revisions(of: docID),
+           revs.isDeleted, revs.revision(revID) == nil, !overTombstone.contains(Self.leafKey(docID, revID)),
+           revs.leaves.contains(where: { Self.deletionConflicts(live: revID, tombstone: $0, in: revs, history: history) }) {
+            // Deletion vs edit: the pusher must pull the tombstone and resolve (deletion wins
+            // by default), exactly as an active peer does when it pulls this revision.
+            throw blipError("HTTP", 409, "conflict: the document was deleted concurrently")
+        }
         let result: InsertResult
         do {
             result = try await sc.collection.insertRevision(docID: docID, revisionID: revID, history: history, body: body,
@@ -751,20 +783,30 @@ actor ReplicationSession {
         for _ in 0..<4 {
             guard let revs = try await sc.collection.revisions(of: docID) else { return }
             let live = revs.leaves.filter { !$0.isDeleted }
+            if live.isEmpty {
+                // Only tombstones: nothing to resolve, but a conflict flag left on one would
+                // make the current revision depend on arrival order. Clear them all.
+                try await clearTombstoneConflicts(sc: sc, docID: docID, revs)
+                return
+            }
             guard let remoteInfo = revs.revision(pulled), remoteInfo.isLeaf else { return }
             let localInfo: RevisionInfo
             if remoteInfo.isDeleted {
-                // A pulled deletion beside a live local revision is a conflict (deletion vs edit).
-                guard let l = live.first, remoteInfo.isConflict || revs.currentRevisionID != pulled else { return }
-                guard remoteInfo.isConflict else { return }
+                // A pulled deletion on a branch beside a live local revision: deletion vs edit.
+                guard remoteInfo.isConflict, let l = live.first else { return }
                 localInfo = l
-            } else {
-                if live.count < 2 {
-                    if remoteInfo.isConflict || revs.revision(revs.currentRevisionID)?.isDeleted == true && revs.currentRevisionID != pulled {
+            } else if live.count < 2 {
+                // The pulled revision is the only live leaf: beside a tombstone it is a
+                // deletion-vs-edit conflict unless it recreates the document.
+                let tombstones = revs.leaves.filter { Self.deletionConflicts(live: pulled, tombstone: $0, in: revs) }
+                guard let tombstone = tombstones.max(by: { $0.revisionID < $1.revisionID }) else {
+                    if remoteInfo.isConflict {
                         try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: nil)
                     }
                     return
                 }
+                localInfo = tombstone
+            } else {
                 guard let l = live.first(where: { $0.revisionID != pulled }) else { return }
                 localInfo = l
             }
@@ -803,6 +845,32 @@ actor ReplicationSession {
             } catch let error as PeerSyncError where error.code == .invalidArgument {
                 continue  // the document changed under us; look again
             }
+        }
+    }
+
+    /// The deletion-vs-edit rule, the same for both roles (Couchbase Lite: deletion wins):
+    /// live revision `live` conflicts with tombstone leaf `tombstone` unless `live`
+    /// recreates the document, i.e. unless a deletion is among its ancestors (`history`,
+    /// parent first, replaces the tree's history for a revision not inserted yet).
+    static func deletionConflicts(live: RevisionID, tombstone: RevisionInfo, in revs: DocumentRevisions,
+                                  history: [RevisionID]? = nil) -> Bool {
+        guard tombstone.isDeleted, tombstone.isLeaf else { return false }
+        let ancestors = history ?? revs.history(of: live) ?? []
+        return !ancestors.contains { revs.revision($0)?.isDeleted == true }
+    }
+
+    /// Clears conflict flags on a document whose leaves are all tombstones.
+    private func clearTombstoneConflicts(sc: SessionCollection, docID: String, _ revs: DocumentRevisions) async throws {
+        let leaves = revs.leaves
+        guard leaves.contains(where: \.isConflict),
+              let top = leaves.max(by: { $0.revisionID < $1.revisionID }) else { return }
+        do {
+            for leaf in leaves where leaf.isConflict && leaf.revisionID != top.revisionID {
+                try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revisionID, losingRevisionID: leaf.revisionID)
+            }
+            try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revisionID, losingRevisionID: nil)
+        } catch let error as PeerSyncError where error.code == .invalidArgument {
+            // The document changed meanwhile; the insertion that changed it cleans up.
         }
     }
 

