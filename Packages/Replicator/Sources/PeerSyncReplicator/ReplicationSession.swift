@@ -325,10 +325,10 @@ actor ReplicationSession {
                 // current revision, and a peer still holding that branch live must learn it
                 // was closed, or the peers would pick different winners.
                 if let revs = try await sc.collection.revisions(of: change.docID), revs.leaves.count > 1 {
-                    for leaf in revs.leaves where leaf.isDeleted && leaf.revisionID != change.revID
-                        && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revisionID)) ?? false) {
+                    for leaf in revs.leaves where leaf.isDeleted && leaf.revID != change.revID
+                        && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revID)) ?? false) {
                         candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
-                                                      revID: leaf.revisionID, deleted: true))
+                                                      revID: leaf.revID, deleted: true))
                     }
                 }
                 if remoteRevs[index]?[change.docID] == change.revID { continue }
@@ -454,16 +454,16 @@ actor ReplicationSession {
     /// progress, or nil if only pulling can (a real conflict).
     private func resolvePushConflict(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
         guard let revs = try await sc.collection.revisions(of: p.docID), revs.revision(serverRev) != nil else { return nil }
-        let current = revs.currentRevisionID
+        let current = revs.currentRevID
         if serverRev == current { return nil }
         if let history = revs.history(of: current), history.contains(serverRev) {
             return Proposal(docID: p.docID, revID: current, deleted: revs.isDeleted, serverRev: serverRev, sequence: p.sequence)
         }
         // The peer's revision is on a branch we closed with a tombstone: push the tombstone,
         // then the winner (accepted on a deleted document).
-        for leaf in revs.leaves where leaf.isDeleted && leaf.revisionID != current {
-            if leaf.revisionID == serverRev || (revs.history(of: leaf.revisionID) ?? []).contains(serverRev) {
-                return Proposal(docID: p.docID, revID: leaf.revisionID, deleted: true, serverRev: serverRev,
+        for leaf in revs.leaves where leaf.isDeleted && leaf.revID != current {
+            if leaf.revID == serverRev || (revs.history(of: leaf.revID) ?? []).contains(serverRev) {
+                return Proposal(docID: p.docID, revID: leaf.revID, deleted: true, serverRev: serverRev,
                                 sequence: p.sequence, then: current)
             }
         }
@@ -515,7 +515,7 @@ actor ReplicationSession {
         props["rev"] = revID.description
         props["sequence"] = sequence
         guard let revs = try await sc.collection.revisions(of: docID), let info = revs.revision(revID),
-              let body = try await sc.collection.revisionBody(docID: docID, revisionID: revID) else {
+              let body = try await sc.collection.revisionBody(docID: docID, revID: revID) else {
             props["error"] = "404"
             props["reason"] = "revision no longer available"
             try await blip.sendNoReply(.request("norev", properties: props))
@@ -636,13 +636,13 @@ actor ReplicationSession {
                 let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
                 guard let revs else { answers.append(.int(0)); continue }
                 if revs.revision(revID) != nil { answers.append(.int(304)); continue }
-                if revs.isDeleted, serverRev == revs.currentRevisionID {
+                if revs.isDeleted, serverRev == revs.currentRevID {
                     overTombstone.insert(Self.leafKey(docID, revID))
                 }
-                if revs.isDeleted || serverRev == revs.currentRevisionID {
+                if revs.isDeleted || serverRev == revs.currentRevID {
                     answers.append(.int(0))
                 } else {
-                    answers.append(.object(["status": .int(409), "rev": .string(revs.currentRevisionID.description)]))
+                    answers.append(.object(["status": .int(409), "rev": .string(revs.currentRevID.description)]))
                 }
             } else {
                 lastSequence = e[0]
@@ -653,8 +653,8 @@ actor ReplicationSession {
                 }
                 var known: [JSONValue] = []
                 if let revs {
-                    for leaf in revs.leaves { known.append(.string(leaf.revisionID.description)) }
-                    for a in (revs.history(of: revs.currentRevisionID, maxCount: 20) ?? []) { known.append(.string(a.description)) }
+                    for leaf in revs.leaves { known.append(.string(leaf.revID.description)) }
+                    for a in (revs.history(of: revs.currentRevID, maxCount: 20) ?? []) { known.append(.string(a.description)) }
                 }
                 answers.append(.array(known))
                 requested.insert(e[0].canonicalString)
@@ -747,7 +747,7 @@ actor ReplicationSession {
         }
         let result: InsertResult
         do {
-            result = try await sc.collection.insertRevision(docID: docID, revisionID: revID, history: history, body: body,
+            result = try await sc.collection.insertRevision(docID: docID, revID: revID, history: history, body: body,
                                                             deleted: deleted, allowConflict: !(role == .passive && props.bool("noconflicts")))
         } catch let error as PeerSyncError where error.code == .conflict {
             throw blipError("HTTP", 409, "conflict")
@@ -799,7 +799,7 @@ actor ReplicationSession {
                 // The pulled revision is the only live leaf: beside a tombstone it is a
                 // deletion-vs-edit conflict unless it recreates the document.
                 let tombstones = revs.leaves.filter { Self.deletionConflicts(live: pulled, tombstone: $0, in: revs) }
-                guard let tombstone = tombstones.max(by: { $0.revisionID < $1.revisionID }) else {
+                guard let tombstone = tombstones.max(by: { $0.revID < $1.revID }) else {
                     if remoteInfo.isConflict {
                         try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: nil)
                     }
@@ -807,17 +807,17 @@ actor ReplicationSession {
                 }
                 localInfo = tombstone
             } else {
-                guard let l = live.first(where: { $0.revisionID != pulled }) else { return }
+                guard let l = live.first(where: { $0.revID != pulled }) else { return }
                 localInfo = l
             }
-            let localBody = localInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revisionID: localInfo.revisionID)
-            let remoteBody = remoteInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revisionID: pulled)
-            let local = localBody.flatMap { Self.document(docID: docID, revID: localInfo.revisionID, body: $0, deleted: false, like: sc) }
+            let localBody = localInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revID: localInfo.revID)
+            let remoteBody = remoteInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revID: pulled)
+            let local = localBody.flatMap { Self.document(docID: docID, revID: localInfo.revID, body: $0, deleted: false, like: sc) }
             let remote = remoteBody.flatMap { Self.document(docID: docID, revID: pulled, body: $0, deleted: false, like: sc) }
             let conflict = Conflict(documentID: docID, localDocument: local, remoteDocument: remote,
-                                    localRevisionID: localInfo.revisionID, remoteRevisionID: pulled)
+                                    localRevisionID: localInfo.revID, remoteRevisionID: pulled)
             let resolved = try await sc.resolver.resolve(conflict)
-            let localRev = localInfo.revisionID
+            let localRev = localInfo.revID
             do {
                 if let resolved {
                     let props = resolved.properties
@@ -863,12 +863,12 @@ actor ReplicationSession {
     private func clearTombstoneConflicts(sc: SessionCollection, docID: String, _ revs: DocumentRevisions) async throws {
         let leaves = revs.leaves
         guard leaves.contains(where: \.isConflict),
-              let top = leaves.max(by: { $0.revisionID < $1.revisionID }) else { return }
+              let top = leaves.max(by: { $0.revID < $1.revID }) else { return }
         do {
-            for leaf in leaves where leaf.isConflict && leaf.revisionID != top.revisionID {
-                try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revisionID, losingRevisionID: leaf.revisionID)
+            for leaf in leaves where leaf.isConflict && leaf.revID != top.revID {
+                try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revID, losingRevisionID: leaf.revID)
             }
-            try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revisionID, losingRevisionID: nil)
+            try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revID, losingRevisionID: nil)
         } catch let error as PeerSyncError where error.code == .invalidArgument {
             // The document changed meanwhile; the insertion that changed it cleans up.
         }

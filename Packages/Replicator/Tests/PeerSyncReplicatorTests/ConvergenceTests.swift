@@ -67,7 +67,7 @@ struct SeededRandom: RandomNumberGenerator {
                 for peer in p {
                     for id in docIDs {
                         if let r = try await peer.defaultCollection.revisions(of: id) {
-                            print("DBG \(peer.name) \(id) cur=\(r.currentRevisionID.description.prefix(8)) " + r.revisions.map { "\($0.revisionID.description.prefix(8))<\($0.parentRevisionID?.description.prefix(8) ?? "-")\($0.isDeleted ? "D" : "")\($0.isLeaf ? "L" : "")\($0.isConflict ? "C" : "")" }.joined(separator: " "))
+                            print("DBG \(peer.name) \(id) cur=\(r.currentRevID.description.prefix(8)) " + r.revisions.map { "\($0.revID.description.prefix(8))<\($0.parentRevID?.description.prefix(8) ?? "-")\($0.isDeleted ? "D" : "")\($0.isLeaf ? "L" : "")\($0.isConflict ? "C" : "")" }.joined(separator: " "))
                         }
                     }
                 }

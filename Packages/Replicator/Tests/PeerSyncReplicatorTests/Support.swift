@@ -121,7 +121,7 @@ func snapshot(_ c: PeerSyncDatabase.Collection) async throws -> [String: String]
         let batch = try await c.changes(since: since, limit: 500)
         guard let last = batch.last else { break }
         for e in batch {
-            let body = try await c.revisionBody(docID: e.docID, revisionID: e.revID) ?? [:]
+            let body = try await c.revisionBody(docID: e.docID, revID: e.revID) ?? [:]
             out[e.docID] = "\(e.revID) \(e.deleted) \(JSONValue.object(body).canonicalString)"
         }
         since = last.sequence
