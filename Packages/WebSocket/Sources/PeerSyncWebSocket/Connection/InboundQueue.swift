@@ -84,9 +84,13 @@ final class InboundQueue: Sendable {
             for (receiver, message) in handOffs { receiver.resume(returning: message) }
             switch outcome {
             case 1:
+                // Wait until the next message fits by the SAME rule as above; waking on a looser
+                // rule (e.g. "bytes < maxBytes") makes the loop spin on a cooperative thread
+                // while the receiver is not reading.
+                let needed = messages[index].byteCount
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let now = state.withLock { s -> Bool in
-                        if s.finished || s.count < maxCount && s.bytes < maxBytes || s.count == 0 { return true }
+                        if s.finished || s.count == 0 || (s.count < maxCount && s.bytes + needed <= maxBytes) { return true }
                         s.sender = continuation
                         return false
                     }
