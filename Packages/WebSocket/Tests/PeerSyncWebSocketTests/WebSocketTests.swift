@@ -472,6 +472,28 @@ struct WebSocketTests {
         await raw2.close()
     }
 
+    @Test("stop() drops connections still in their handshake but leaves upgraded ones open")
+    func stopServer() async throws {
+        let server = try await startEchoServer()
+        let upgraded = try await WebSocketTransport().connectWebSocket(to: try endpoint(server), options: try clientOptions())
+        let halfway = try await RawClient.connect(port: server.port)
+        try await halfway.send("GET / HTTP/1.1\r\nHost: x\r\n")
+        try await Task.sleep(for: .milliseconds(100))
+        await server.stop()
+        #expect(await halfway.isClosedByServer())
+        await halfway.close()
+        try await upgraded.send(text: "after stop")
+        #expect(try await upgraded.receive() == .text("after stop"))
+        await upgraded.close()
+        // The port is free again.
+        do {
+            _ = try await TCPStream.connect(host: "127.0.0.1", port: server.port, timeout: .seconds(5))
+            Issue.record("connected to a stopped server")
+        } catch let error as PeerSyncError {
+            #expect(error.code == .connectionRefused)
+        }
+    }
+
     @Test("wss:// with an untrusted certificate fails with a typed TLS error")
     func untrustedServer() async throws {
         let server = try await startEchoServer(tls: true)
