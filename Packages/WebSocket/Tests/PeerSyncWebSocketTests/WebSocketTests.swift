@@ -513,6 +513,56 @@ struct WebSocketTests {
         await c.close()
     }
 
+    @Test("wss:// with client certificates: the server's hook and connection see the client's chain")
+    func clientCertificates() async throws {
+        let clientIdentity = try TLSIdentity.createIdentity(for: [.clientAuth], attributes: [certAttrCommonName: "client-7"])
+        let seenCommonName = RecordedRequests()
+        let accepted = ConnectionBox()
+        var configuration = WebSocketServerConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.tls = .server(identity: try TestIdentities.server(), clientCertificateValidation: .callback { chain in
+            chain.first?.commonName == "client-7"
+        })
+        let route = WebSocketRoute(path: nil, authenticate: { request, context in
+            if context.isSecure, let name = context.peerCertificateChain.first?.commonName {
+                var tagged = request
+                tagged.headers.add("X-Client-CN", name)
+                seenCommonName.add(tagged)
+                return .accept(user: name)
+            }
+            return .reject(status: 403, message: "client certificate required")
+        }) { connection in
+            accepted.set(connection)
+            await echo(connection)
+        }
+        let server = try await WebSocketServer.start(configuration: configuration, routes: [route])
+        defer { Task { await server.stop() } }
+        var options = try clientOptions(tls: true)
+        options.tls?.identity = clientIdentity
+        let c = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, tls: true), options: options)
+        try await c.send(text: "mtls")
+        #expect(try await c.receive() == .text("mtls"))
+        #expect(seenCommonName.all.first?.headers["X-Client-CN"] == "client-7")
+        #expect(accepted.get()?.authenticatedUser == "client-7")
+        #expect(accepted.get()?.peerCertificateChain.first == clientIdentity.certificate.derBytes)
+        #expect(c.peerCertificateChain.first == (try TestIdentities.server()).certificate.derBytes)
+        await c.close()
+
+        // Without a client certificate the TLS handshake fails; the server keeps serving.
+        do {
+            let refused = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, tls: true), options: try clientOptions(tls: true))
+            // With TLS 1.3 the client may learn of the rejection only when it reads.
+            _ = try await refused.receive()
+            Issue.record("connected without a client certificate")
+        } catch {
+            #expect(error is PeerSyncError)
+        }
+        let again = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, tls: true), options: options)
+        try await again.send(text: "still")
+        #expect(try await again.receive() == .text("still"))
+        await again.close()
+    }
+
     @Test("handshake timeout on the client against a server that never answers")
     func clientHandshakeTimeout() async throws {
         let silent = try await TCPListener.bind(host: "127.0.0.1", port: 0)
