@@ -17,6 +17,7 @@
 // | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
 // | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
+// | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 //
@@ -67,8 +68,10 @@ let package = Package(
         .library(name: "PeerSyncLoopback", targets: ["PeerSyncLoopback"]),
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
+        .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
+        .executable(name: "example-tasklist", targets: ["example-tasklist"]),
     ],
     traits: [
         .default(enabledTraits: ["SQLite"]),
@@ -90,16 +93,38 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Packages/SQLite/Sources/CSQLite",
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
+        tests("PeerSyncSQLiteTests", folder: "SQLite",
+              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore"]),
 
         // MARK: LMDB
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
                        pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         library("PeerSyncLMDB", folder: "LMDB", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"]),
+        // A second process for the multi-process tests, and a benchmark driver (`bench`).
+        .executableTarget(name: "PeerSyncLMDBTestHelper",
+                          dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore"],
+                          path: "Packages/LMDB/Tests/PeerSyncLMDBTestHelper", swiftSettings: swiftSettings),
+        tests("PeerSyncLMDBTests", folder: "LMDB",
+              dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper"]),
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
+        // Child process of the multi-process database tests; a dependency of the tests so that
+        // it is always built next to them.
+        .executableTarget(
+            name: "database-test-child",
+            dependencies: [
+                "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Packages/Database/Tests/DatabaseTestChild",
+            swiftSettings: swiftSettings
+        ),
         tests("PeerSyncDatabaseTests", folder: "Database",
-              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore"]),
+              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "database-test-child",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                             .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"]))]),
 
         // MARK: Transport
         library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
@@ -135,6 +160,12 @@ let package = Package(
               dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
                              "PeerSyncAuth", "PeerSyncCore"]),
 
+        // MARK: BLIP
+        .systemLibrary(name: "CZlib", path: "Packages/BLIP/Sources/CZlib",
+                       pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        library("PeerSyncBLIP", folder: "BLIP", dependencies: ["PeerSyncCore", "CZlib"]),
+        tests("PeerSyncBLIPTests", folder: "BLIP", dependencies: ["PeerSyncBLIP", "PeerSyncCore"]),
+
         // MARK: Umbrella and CLI
         .target(
             name: "PeerSync",
@@ -148,16 +179,40 @@ let package = Package(
         ),
         .executableTarget(
             name: "peersync",
-            dependencies: ["PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase"],
+            dependencies: [
+                "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
             path: "Tools/peersync",
             swiftSettings: swiftSettings
         ),
 
+        // MARK: Examples
+        .executableTarget(
+            name: "example-tasklist",
+            dependencies: ["PeerSync"],
+            path: "Examples/TaskList",
+            swiftSettings: swiftSettings
+        ),
+
         // MARK: Cross-package tests
+        // The child process of the multi-process storage conformance cases (picks a backend
+        // by name); a dependency of StorageConformanceTests so that it is always built.
+        .executableTarget(
+            name: "storage-conformance-child",
+            dependencies: [
+                "PeerSyncStorage", "PeerSyncStorageTesting",
+                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+            ],
+            path: "Tests/StorageConformanceChild",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "StorageConformanceTests",
             dependencies: [
-                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore",
+                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore", "storage-conformance-child",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],

@@ -1,6 +1,5 @@
 internal import COpenSSL
 import PeerSyncCore
-import Synchronization
 
 /// TLS over any ``ByteStream`` (TCP, BLE L2CAP, an in-memory pipe), with OpenSSL 3.
 ///
@@ -62,7 +61,34 @@ public final class TLSStream: ByteStream {
         try configuration.validate()
         let connection = try SSLConnection(configuration: configuration)
         let timedOut = Flag()
-        let outcome: Result<TLSStream, PeerSyncError> = await withTaskGroup(of: Result<TLSStream, PeerSyncError>?.self) { group in
+        let outcome: Result<TLSStream, PeerSyncError> = await withTaskCancellationHandler {
+            await race(connection: connection, stream: stream, configuration: configuration, timedOut: timedOut)
+        } onCancel: {
+            // Ends a read or write of the underlying stream that ignores cancellation.
+            Task { await stream.close() }
+        }
+        switch outcome {
+        case .success(let tls):
+            if Task.isCancelled {
+                await tls.close()
+                throw PeerSyncError(.cancelled, "the TLS handshake was cancelled")
+            }
+            return tls
+        case .failure(let error):
+            await stream.close()
+            if timedOut.isSet {
+                throw PeerSyncError(.timeout, "the TLS handshake did not finish in time",
+                                    context: ["timeout": "\(configuration.handshakeTimeout ?? .zero)"])
+            }
+            if Task.isCancelled { throw PeerSyncError(.cancelled, "the TLS handshake was cancelled") }
+            throw error
+        }
+    }
+
+    /// The handshake raced against the configured timeout.
+    private static func race(connection: SSLConnection, stream: any ByteStream, configuration: TLSConfiguration,
+                             timedOut: Flag) async -> Result<TLSStream, PeerSyncError> {
+        await withTaskGroup(of: Result<TLSStream, PeerSyncError>?.self) { group in
             group.addTask {
                 do throws(PeerSyncError) {
                     return .success(try await run(connection: connection, over: stream, configuration: configuration))
@@ -87,17 +113,6 @@ public final class TLSStream: ByteStream {
                 }
             }
             return result ?? .failure(PeerSyncError(.internalError, "TLS handshake task ended without a result"))
-        }
-        switch outcome {
-        case .success(let tls):
-            return tls
-        case .failure(let error):
-            await stream.close()
-            if timedOut.isSet {
-                throw PeerSyncError(.timeout, "the TLS handshake did not finish in time",
-                                    context: ["timeout": "\(configuration.handshakeTimeout ?? .zero)"])
-            }
-            throw error
         }
     }
 
@@ -149,7 +164,11 @@ public final class TLSStream: ByteStream {
         guard maxBytes > 0 else { throw PeerSyncError(.invalidArgument, "maxBytes must be positive") }
         while true {
             let (data, step) = connection.readStep(maxBytes: maxBytes)
-            if connection.hasOutbound { try? await flush() }  // e.g. a KeyUpdate reply; a write failure surfaces on write
+            if connection.hasOutbound {
+                // E.g. a KeyUpdate reply. Sent from its own task so this read never waits
+                // behind a writer stalled by backpressure; a failure surfaces on the next write.
+                Task { try? await self.flush() }
+            }
             if let data { return data }
             switch step {
             case .done, .wantWrite:
@@ -253,7 +272,7 @@ final class SSLConnection: Sendable {
     }
 
     /// Protects the `SSL*` and its BIOs (the lock the C handle lives under).
-    private let state: Mutex<State>
+    private let state: Locked<State>
     let session: TrustSession
     private let role: TLSConfiguration.Role
 
@@ -278,7 +297,7 @@ final class SSLConnection: Sendable {
             throw OpenSSL.failure(.cryptoFailure, "BIO_new")
         }
         SSL_set_bio(ssl, input, output)
-        state = Mutex(State(ssl: ssl, networkIn: input, networkOut: output))
+        state = Locked(State(ssl: ssl, networkIn: input, networkOut: output))
         // The session outlives every callback: `self` holds it and frees `ssl` in deinit.
         let sessionPointer = Unmanaged.passUnretained(session).toOpaque()
         try state.withLock { (s: inout State) throws(PeerSyncError) in
@@ -459,6 +478,11 @@ final class SSLConnection: Sendable {
             if last.reason > offset, last.reason < offset + 256 {
                 let alert = last.reason - offset
                 context["alert"] = "\(alert)"
+                if alert == 40, role == .client, session.certificateRequestedButMissing {
+                    return PeerSyncError(.certificateRejected,
+                                         "the server requires a client certificate and none is configured (TLS alert handshake_failure)",
+                                         context: context)
+                }
                 if TLSAlert.certificateAlerts.contains(alert) {
                     return PeerSyncError(.certificateRejected,
                                          "the peer rejected our certificate (TLS alert \(TLSAlert.name(alert)))",
@@ -535,6 +559,9 @@ private final class SSLContext {
         case .client:
             SSL_CTX_set_verify(pointer, SSL_VERIFY_PEER, nil)
             SSL_CTX_set_cert_verify_callback(pointer, certificateVerifyCallback, nil)
+            if configuration.identity == nil {
+                SSL_CTX_set_client_cert_cb(pointer, clientCertificateRequestedCallback)
+            }
         case .server:
             if configuration.clientCertificateValidation != nil {
                 SSL_CTX_set_verify(pointer, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nil)
@@ -550,7 +577,7 @@ private final class SSLContext {
 
 /// A boolean that is set once, from any task.
 final class Flag: Sendable {
-    private let value = Mutex(false)
+    private let value = Locked(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
 }
@@ -558,7 +585,7 @@ final class Flag: Sendable {
 /// A FIFO async mutual-exclusion gate (not reentrant): keeps ciphertext writes in order
 /// without holding a lock across `await`.
 final class AsyncGate: Sendable {
-    private let state = Mutex<(locked: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = Locked<(locked: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func acquire() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

@@ -1,7 +1,6 @@
 internal import COpenSSL
 import Foundation
 import PeerSyncCore
-import Synchronization
 
 /// What to check about a peer's chain.
 enum TrustMode: Sendable {
@@ -173,7 +172,8 @@ private final class TrustStore {
 /// mode going in, the peer's chain and our verdict coming out.
 final class TrustSession: Sendable {
     let mode: TrustMode
-    private let record = Mutex<(chain: [Certificate], failure: PeerSyncError?)>(([], nil))
+    private let record = Locked<(chain: [Certificate], failure: PeerSyncError?)>(([], nil))
+    private let requested = Locked(false)
 
     init(mode: TrustMode) { self.mode = mode }
 
@@ -181,6 +181,10 @@ final class TrustSession: Sendable {
     var peerChain: [Certificate] { record.withLock { $0.chain } }
     /// Our rejection, if we rejected the peer.
     var failure: PeerSyncError? { record.withLock { $0.failure } }
+
+    /// Client side: whether the server asked for a client certificate we do not have.
+    var certificateRequestedButMissing: Bool { requested.withLock { $0 } }
+    func noteCertificateRequested() { requested.withLock { $0 = true } }
 
     /// Called by OpenSSL during the handshake (via ``certificateVerifyCallback``).
     func verify(_ storeContext: OpaquePointer) -> Int32 {
@@ -223,4 +227,15 @@ func certificateVerifyCallback(_ storeContext: OpaquePointer?, _ arg: UnsafeMuta
         return 0
     }
     return Unmanaged<TrustSession>.fromOpaque(sessionPointer).takeUnretainedValue().verify(storeContext)
+}
+
+/// OpenSSL's `SSL_CTX_set_client_cert_cb` hook, installed on clients without an identity:
+/// it is called only when the server requests a certificate. It notes the request (so a
+/// TLS 1.2 `handshake_failure` alert can be explained) and supplies no certificate.
+func clientCertificateRequestedCallback(_ ssl: OpaquePointer?, _ certificate: UnsafeMutablePointer<OpaquePointer?>?,
+                                        _ key: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+    if let ssl, let sessionPointer = SSL_get_ex_data(ssl, 0) {
+        Unmanaged<TrustSession>.fromOpaque(sessionPointer).takeUnretainedValue().noteCertificateRequested()
+    }
+    return 0
 }

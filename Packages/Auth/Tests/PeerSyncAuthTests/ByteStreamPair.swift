@@ -1,5 +1,5 @@
 import PeerSyncCore
-import Synchronization
+import Foundation
 
 /// Two connected in-memory byte streams with bounded buffers (test support only).
 ///
@@ -49,7 +49,7 @@ final class MemoryPipe: Sendable {
         var reader: CheckedContinuation<Void, Never>?
         var writer: CheckedContinuation<Void, Never>?
     }
-    private let state = Mutex(State())
+    private let state = TestLocked(State())
     let capacity: Int
 
     init(capacity: Int) { self.capacity = capacity }
@@ -140,5 +140,17 @@ final class MemoryPipe: Sendable {
             return [s.reader, s.writer].compactMap { $0 }
         }
         waiters.forEach { $0.resume() }
+    }
+}
+
+/// An NSLock-guarded value (tests only; ThreadSanitizer understands pthread mutexes).
+final class TestLocked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value   // protected by `lock`
+    init(_ value: Value) { self.value = value }
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
     }
 }

@@ -76,7 +76,8 @@ public struct KeyRange: Sendable, Hashable {
 /// uncommitted changes. A reader must not escape the closure it was passed to.
 ///
 /// Keyspaces are created implicitly by the first write to them; reading one that does not
-/// exist behaves as an empty keyspace.
+/// exist behaves as an empty keyspace. Keyspace names are arbitrary non-empty strings,
+/// distinct by their UTF-8 bytes (case-sensitive, no Unicode normalization), like keys.
 public protocol StorageReader {
     /// Names of the keyspaces that exist (hold or held records), sorted.
     func keyspaces() throws -> [String]
@@ -102,15 +103,17 @@ public protocol StorageWriter: StorageReader {
     /// returns the new sequence assigned to it: `lastSequence + 1`.
     @discardableResult
     func put(_ record: Record, in keyspace: String) throws -> UInt64
-    /// Turns the record into a tombstone: sets ``RecordFlags/deleted``, empties its body,
-    /// keeps its key, version and extra, and assigns it a new sequence, which is returned.
-    /// Returns nil if there is no such record.
+    /// Turns the record into a tombstone: sets ``RecordFlags/deleted`` (keeping the other
+    /// flags), empties its body, keeps its key, version and extra, and assigns it a new
+    /// sequence, which is returned. Returns nil if there is no such record; deleting a
+    /// tombstone again gives it a new sequence.
     @discardableResult
     func delete(_ key: String, in keyspace: String) throws -> UInt64?
     /// Removes the record completely (no tombstone). Returns whether it existed.
     @discardableResult
     func purge(_ key: String, in keyspace: String) throws -> Bool
-    /// Removes a keyspace with all its records and its sequence counter.
+    /// Removes a keyspace with all its records and its sequence counter (a later write starts
+    /// again at sequence 1). Dropping a keyspace that does not exist does nothing.
     func dropKeyspace(_ keyspace: String) throws
 }
 
@@ -125,7 +128,11 @@ public protocol StorageWriter: StorageReader {
 /// write transaction that is serialized against every other writer, in this process and in
 /// others that opened the same directory. When the closure throws, every change it made is
 /// rolled back and the error is rethrown; when it returns, the transaction commits (durably,
-/// unless ``StorageOptions/durable`` is false) before `write` returns. Transactions do not nest.
+/// unless ``StorageOptions/durable`` is false) before `write` returns. A rolled-back
+/// transaction consumes no sequence numbers. Readers never block writers and an open write
+/// transaction never blocks readers. Transactions do not nest.
+///
+/// `PeerSyncStorageTesting.StorageConformanceSuite` checks all of this for any backend.
 ///
 /// Errors: ``PeerSyncError`` with codes `.storage`, `.io`, `.busy` (a lock held past
 /// ``StorageOptions/busyTimeout``), `.corrupt`, `.tooLarge`, `.closed`.
@@ -135,6 +142,7 @@ public protocol Storage: AnyObject, Sendable {
     /// The directory the store lives in.
     var directory: String { get }
     func read<R>(_ body: (any StorageReader) throws -> R) throws -> R
+    @discardableResult
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R
     /// Closes the store. Later calls throw ``PeerSyncError/Code/closed``. Idempotent.
     func close() throws

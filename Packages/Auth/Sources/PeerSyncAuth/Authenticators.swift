@@ -1,0 +1,150 @@
+import Foundation
+import PeerSyncCore
+
+// MARK: Client side
+
+/// Credentials a replicator (the active peer) presents to a listener — Couchbase Lite's
+/// `Authenticator`. Implemented by ``BasicAuthenticator`` and ``ClientCertificateAuthenticator``.
+public protocol Authenticator: Sendable {}
+
+/// HTTP Basic authentication with a user name and password (sent in the WebSocket upgrade
+/// request's `Authorization` header; use it only over TLS).
+public struct BasicAuthenticator: Authenticator, Hashable {
+    public let username: String
+    public let password: String
+
+    public init(username: String, password: String) {
+        self.username = username
+        self.password = password
+    }
+
+    /// The `Authorization` header value: `Basic <base64(username:password)>`.
+    public var authorizationHeaderValue: String {
+        BasicAuthorization.headerValue(username: username, password: password)
+    }
+}
+
+/// Presents a TLS client certificate (mutual TLS). Put its ``identity`` into
+/// ``TLSConfiguration/identity`` of the client (``tlsConfiguration(serverName:serverTrust:)``).
+public struct ClientCertificateAuthenticator: Authenticator {
+    public let identity: TLSIdentity
+
+    public init(identity: TLSIdentity) { self.identity = identity }
+
+    /// A client TLS configuration presenting this identity.
+    public func tlsConfiguration(serverName: String?, serverTrust: ServerTrust = .systemRoots) -> TLSConfiguration {
+        .client(serverName: serverName, serverTrust: serverTrust, identity: identity)
+    }
+}
+
+// MARK: Listener side
+
+/// How a listener (the passive peer) authenticates clients — Couchbase Lite's
+/// `ListenerAuthenticator`. Implemented by ``ListenerPasswordAuthenticator`` and
+/// ``ListenerCertificateAuthenticator``.
+public protocol ListenerAuthenticator: Sendable {}
+
+/// Authenticates HTTP Basic credentials with an application callback.
+///
+/// The callback runs on an arbitrary task, once per connection attempt; compare secrets
+/// with ``constantTimeEquals(_:_:)-(String,String)`` (or use ``matching(username:password:)``).
+public struct ListenerPasswordAuthenticator: ListenerAuthenticator {
+    private let check: @Sendable (String, String) -> Bool
+
+    /// `authenticator(username, password)` returns whether the credentials are valid.
+    public init(authenticator: @escaping @Sendable (_ username: String, _ password: String) -> Bool) {
+        check = authenticator
+    }
+
+    /// Accepts exactly one user name and password, compared in constant time.
+    public static func matching(username: String, password: String) -> ListenerPasswordAuthenticator {
+        ListenerPasswordAuthenticator { user, pass in
+            // Evaluate both comparisons so timing does not reveal which one failed.
+            let userOK = constantTimeEquals(user, username)
+            let passOK = constantTimeEquals(pass, password)
+            return userOK && passOK
+        }
+    }
+
+    public func authenticate(username: String, password: String) -> Bool { check(username, password) }
+
+    /// Parses an `Authorization` header value and authenticates it; `false` when it is
+    /// missing, not `Basic`, or malformed.
+    public func authenticate(authorizationHeaderValue: String?) -> Bool {
+        guard let value = authorizationHeaderValue,
+              let credentials = BasicAuthorization.parse(value) else { return false }
+        return check(credentials.username, credentials.password)
+    }
+}
+
+/// Authenticates TLS client certificates: against root certificates, or with an application
+/// callback that receives the client's chain (leaf first). The listener requires a client
+/// certificate; a missing or rejected one fails the TLS handshake.
+public struct ListenerCertificateAuthenticator: ListenerAuthenticator {
+    /// What the listener's ``TLSConfiguration/clientCertificateValidation`` must be.
+    public let clientCertificateValidation: ClientCertificateValidation
+
+    /// Accepts client certificates that chain to one of `rootCerts` (any of them is a trust
+    /// anchor), are within their validity period and allow client authentication.
+    public init(rootCerts: [Certificate]) {
+        clientCertificateValidation = .roots(rootCerts)
+    }
+
+    /// Accepts client certificates for which `authenticator` returns true. It is called
+    /// synchronously during the handshake, on an arbitrary thread; keep it quick.
+    /// Trailing-closure form: `ListenerCertificateAuthenticator { certs in ... }`.
+    public init(authenticator: @escaping @Sendable (_ certs: [Certificate]) -> Bool) {
+        clientCertificateValidation = .callback(authenticator)
+    }
+
+    /// A server TLS configuration presenting `identity` and validating client certificates.
+    public func tlsConfiguration(identity: TLSIdentity) -> TLSConfiguration {
+        .server(identity: identity, clientCertificateValidation: clientCertificateValidation)
+    }
+}
+
+// MARK: Helpers
+
+/// The HTTP `Authorization: Basic ...` header (RFC 7617), UTF-8 credentials.
+public enum BasicAuthorization {
+    /// `Basic <base64(username:password)>`.
+    public static func headerValue(username: String, password: String) -> String {
+        "Basic " + Data((username + ":" + password).utf8).base64EncodedString()
+    }
+
+    /// Parses a header value (scheme case-insensitive, base64 padding optional). Returns
+    /// `nil` for another scheme, invalid base64, non-UTF-8 text, a missing `:` or a value
+    /// longer than 8 KiB. The user name ends at the first `:` (it cannot contain one).
+    public static func parse(_ headerValue: String) -> (username: String, password: String)? {
+        guard headerValue.utf8.count <= 8192 else { return nil }
+        let trimmed = headerValue.trimmingCharacters(in: .whitespaces)
+        guard trimmed.count > 6, trimmed.prefix(6).lowercased() == "basic " else { return nil }
+        var token = trimmed.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        guard !token.isEmpty, !token.contains(" ") else { return nil }
+        let remainder = token.utf8.count % 4
+        if remainder == 1 { return nil }
+        if remainder > 0 { token += String(repeating: "=", count: 4 - remainder) }
+        guard let data = Data(base64Encoded: token),
+              let text = String(validating: [UInt8](data), as: UTF8.self),
+              let colon = text.firstIndex(of: ":") else { return nil }
+        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
+    }
+}
+
+/// Compares two byte sequences in time that depends only on their lengths, not on where
+/// they differ — for secrets (passwords, tokens, MACs).
+public func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+    var difference = UInt(bitPattern: lhs.count ^ rhs.count)
+    let count = max(lhs.count, rhs.count)
+    for i in 0..<count {
+        let a = i < lhs.count ? lhs[i] : 0
+        let b = i < rhs.count ? rhs[i] : 0
+        difference |= UInt(a ^ b)
+    }
+    return difference == 0
+}
+
+/// Compares the UTF-8 bytes of two strings with ``constantTimeEquals(_:_:)-([UInt8],[UInt8])``.
+public func constantTimeEquals(_ lhs: String, _ rhs: String) -> Bool {
+    constantTimeEquals(Array(lhs.utf8), Array(rhs.utf8))
+}

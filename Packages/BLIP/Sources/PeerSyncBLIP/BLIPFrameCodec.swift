@@ -1,0 +1,246 @@
+#if canImport(PeerSyncCore)
+import PeerSyncCore
+#endif
+
+/// Limits and tuning of the BLIP framing (defaults are LiteCore's).
+public struct BLIPTuning: Sendable, Hashable {
+    /// Maximum frame size including header and checksum (LiteCore: 16384).
+    public var maxFrameSize = 16384
+    /// Frame size while an urgent message waits behind a normal one (LiteCore: 4096).
+    public var urgentFrameSize = 4096
+    /// A receiver ACKs a message after this many unacknowledged bytes (LiteCore: 50,000).
+    public var ackThreshold = 50_000
+    /// A sender stops sending a message with this many unacknowledged bytes (LiteCore: 128,000).
+    public var maxUnackedBytes = 128_000
+    /// Maximum encoded properties size (LiteCore rejects > 100 KiB).
+    public var maxPropertiesSize = 100 * 1024
+    /// Maximum size of a message that is assembled in memory (streamed messages are not
+    /// limited by this).
+    public var maxMessageSize = 64 * 1024 * 1024
+    /// Deflate level for compressed frames (0 disables compression; LiteCore: 6).
+    public var compressionLevel: Int32 = 6
+
+    public init() {}
+}
+
+/// Builds outgoing frames for one connection: owns the outbound running CRC-32 and the
+/// outbound deflate stream. Frames must be written to the wire in the order they are built.
+/// Not thread-safe; the connection's writer serializes use.
+final class BLIPFrameEncoder {
+    private(set) var crc: UInt32 = 0
+    private let deflater: Deflater?
+
+    init(compressionLevel: Int32) throws(PeerSyncError) {
+        deflater = compressionLevel > 0 ? try Deflater(level: compressionLevel) : nil
+    }
+
+    /// The next frame of a message: at most about `maxFrameSize` bytes of content from
+    /// `content[offset...]`. Returns the frame and the payload byte count that flow control
+    /// counts (payload after the header, checksum included), and advances `offset`.
+    func nextFrame(type: BLIPMessageType, number: UInt64, flags: BLIPFlags, content: [UInt8],
+                   offset: inout Int, maxFrameSize: Int) throws(PeerSyncError) -> (frame: [UInt8], counted: Int) {
+        var header: [UInt8] = []
+        Varint.append(number, to: &header)
+        let headerRoom = header.count + 1 + 4  // flags byte + checksum
+        let room = max(1, maxFrameSize - headerRoom)
+        let compress = flags.contains(.compressed) && deflater != nil
+        let end = min(content.count, offset + room)
+        let slice = content[offset..<end]
+        var frameFlags = flags.subtracting([.moreComing, .compressed])
+        if compress { frameFlags.insert(.compressed) }
+        if end < content.count { frameFlags.insert(.moreComing) }
+        frameFlags = BLIPFlags(rawValue: frameFlags.rawValue | type.rawValue)
+
+        var frame = header
+        frame.append(frameFlags.rawValue)
+        let payloadStart = frame.count
+        if compress, let deflater {
+            frame.append(contentsOf: try deflater.compress(slice))
+        } else {
+            frame.append(contentsOf: slice)
+        }
+        crc = slice.withUnsafeBytes { crc32Update(crc, $0) }
+        frame.append(UInt8(truncatingIfNeeded: crc >> 24))
+        frame.append(UInt8(truncatingIfNeeded: crc >> 16))
+        frame.append(UInt8(truncatingIfNeeded: crc >> 8))
+        frame.append(UInt8(truncatingIfNeeded: crc))
+        offset = end
+        return (frame, frame.count - payloadStart)
+    }
+
+    /// An ACK frame: Urgent|NoReply, body = varint(bytes received), no checksum, no CRC update.
+    static func ackFrame(type: BLIPMessageType, number: UInt64, received: UInt64) -> [UInt8] {
+        var frame: [UInt8] = []
+        Varint.append(number, to: &frame)
+        frame.append(type.rawValue | BLIPFlags.urgent.rawValue | BLIPFlags.noReply.rawValue)
+        Varint.append(received, to: &frame)
+        return frame
+    }
+}
+
+/// What the decoder found in one incoming frame.
+enum BLIPInboundEvent: Equatable {
+    /// The peer acknowledged `received` bytes of our outgoing message (`type` says whether it
+    /// is our request or our response).
+    case ack(of: BLIPMessageType, number: UInt64, received: UInt64)
+    /// A message's properties are complete (its body may still be arriving).
+    case started(type: BLIPMessageType, number: UInt64, flags: BLIPFlags, properties: BLIPProperties)
+    /// More body bytes of a started message.
+    case body(type: BLIPMessageType, number: UInt64, bytes: [UInt8])
+    /// The message's last frame arrived.
+    case completed(type: BLIPMessageType, number: UInt64)
+    /// An ACK frame to send back to the peer (flow control).
+    case sendAck([UInt8])
+}
+
+/// Parses incoming frames for one connection: owns the inbound CRC-32 and inflate stream, and
+/// applies every reassembly rule of the protocol; any violation throws
+/// ``PeerSyncError/Code/blipProtocolError`` and the connection must close.
+/// Not thread-safe; the connection's reader serializes use.
+final class BLIPFrameDecoder {
+    private struct Incoming {
+        var type: BLIPMessageType
+        var flags: BLIPFlags
+        /// Header bytes (properties-length varint and properties) until the properties are complete.
+        var pending: [UInt8] = []
+        var started = false
+        var received: UInt64 = 0
+        var unacked = 0
+    }
+
+    private(set) var crc: UInt32 = 0
+    private let inflater: Inflater
+    private let tuning: BLIPTuning
+    private var lastRequestNumber: UInt64 = 0
+    private var requests: [UInt64: Incoming] = [:]
+    private var responses: [UInt64: Incoming] = [:]
+    /// Numbers of our requests that expect a response and have not completed one.
+    private var awaitingResponse: Set<UInt64> = []
+
+    init(tuning: BLIPTuning) throws(PeerSyncError) {
+        self.tuning = tuning
+        inflater = try Inflater(maxOutput: max(tuning.maxFrameSize * 64, 1 << 20))
+    }
+
+    /// Call when sending a request that expects a response, so its response is accepted.
+    func expectResponse(to number: UInt64) { awaitingResponse.insert(number) }
+
+    /// Call when we gave up on a request (e.g. the connection is closing).
+    func forgetResponse(to number: UInt64) { awaitingResponse.remove(number) }
+
+    func decode(_ frame: [UInt8]) throws(PeerSyncError) -> [BLIPInboundEvent] {
+        let bytes = frame[...]
+        var index = bytes.startIndex
+        guard let number = try Varint.read(bytes, at: &index),
+              let rawFlags = try Varint.read(bytes, at: &index) else {
+            throw PeerSyncError(.blipProtocolError, "frame too short for its header")
+        }
+        guard rawFlags <= 0x7F else {
+            throw PeerSyncError(.blipProtocolError, "unknown frame flag bits 0x\(String(rawFlags, radix: 16))")
+        }
+        let flagByte = UInt8(rawFlags)
+        guard let type = BLIPMessageType(rawValue: flagByte & BLIPFlags.typeMask) else {
+            return []  // types 3, 6, 7: unused, ignored as the spec says
+        }
+        let flags = BLIPFlags(rawValue: flagByte & ~BLIPFlags.typeMask)
+
+        if type.isAck {
+            var i = index
+            guard let received = try Varint.read(bytes, at: &i), i == bytes.endIndex else {
+                throw PeerSyncError(.blipProtocolError, "malformed ACK frame")
+            }
+            // ACKMSG acknowledges a request *we* sent; ACKRPY a response we sent.
+            return [.ack(of: type == .ackRequest ? .request : .response, number: number, received: received)]
+        }
+
+        guard bytes.endIndex - index >= 4 else {
+            throw PeerSyncError(.blipProtocolError, "frame too short for its checksum")
+        }
+        let payloadEnd = bytes.endIndex - 4
+        let counted = bytes.endIndex - index
+        var payload = Array(bytes[index..<payloadEnd])
+        if flags.contains(.compressed) {
+            payload = try inflater.decompress(payload[...])
+        }
+        crc = crc32Update(crc, payload)
+        let sent = UInt32(bytes[payloadEnd]) << 24 | UInt32(bytes[payloadEnd + 1]) << 16
+            | UInt32(bytes[payloadEnd + 2]) << 8 | UInt32(bytes[payloadEnd + 3])
+        guard sent == crc else {
+            throw PeerSyncError(.blipProtocolError, "frame checksum mismatch (message \(number))")
+        }
+
+        // Find or create the incoming message this frame belongs to.
+        var state: Incoming
+        var events: [BLIPInboundEvent] = []
+        switch type {
+        case .request:
+            if let existing = requests[number] {
+                state = existing
+            } else {
+                guard number == lastRequestNumber + 1 else {
+                    throw PeerSyncError(.blipProtocolError,
+                                        "request \(number) arrived out of order (expected \(lastRequestNumber + 1))")
+                }
+                lastRequestNumber = number
+                state = Incoming(type: .request, flags: flags)
+            }
+        default:
+            if let existing = responses[number] {
+                state = existing
+            } else {
+                guard awaitingResponse.contains(number) else {
+                    throw PeerSyncError(.blipProtocolError, "response to unknown request \(number)")
+                }
+                state = Incoming(type: type, flags: flags)
+            }
+        }
+        state.received += UInt64(counted)
+        state.unacked += counted
+
+        var body = payload[...]
+        if !state.started {
+            state.pending.append(contentsOf: body)
+            body = []
+            var i = state.pending.startIndex
+            if let propsLength = try Varint.read(state.pending[...], at: &i) {
+                guard propsLength <= UInt64(tuning.maxPropertiesSize) else {
+                    throw PeerSyncError(.blipProtocolError, "message properties of \(propsLength) bytes exceed the limit")
+                }
+                let propsEnd = i + Int(propsLength)
+                if state.pending.count >= propsEnd {
+                    let properties = try BLIPProperties.decode(state.pending[i..<propsEnd])
+                    events.append(.started(type: state.type, number: number, flags: state.flags, properties: properties))
+                    body = state.pending[propsEnd...]
+                    state.pending = []
+                    state.started = true
+                }
+            }
+        }
+        if !body.isEmpty {
+            events.append(.body(type: state.type, number: number, bytes: Array(body)))
+        }
+
+        let more = flags.contains(.moreComing)
+        if !more {
+            guard state.started else {
+                throw PeerSyncError(.blipProtocolError, "message \(number) ended inside its properties")
+            }
+            events.append(.completed(type: state.type, number: number))
+            if type == .request { requests[number] = nil } else {
+                responses[number] = nil
+                awaitingResponse.remove(number)
+            }
+        } else {
+            if state.unacked >= tuning.ackThreshold {
+                state.unacked = 0
+                events.append(.sendAck(BLIPFrameEncoder.ackFrame(
+                    type: type == .request ? .ackRequest : .ackResponse, number: number, received: state.received)))
+            }
+            if type == .request { requests[number] = state } else { responses[number] = state }
+        }
+        return events
+    }
+
+    /// Messages partly received (for diagnostics and limits).
+    var inProgressCount: Int { requests.count + responses.count }
+}

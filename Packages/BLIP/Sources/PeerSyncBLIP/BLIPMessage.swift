@@ -1,0 +1,159 @@
+#if canImport(PeerSyncCore)
+import PeerSyncCore
+#endif
+
+/// The 3-bit type field of a BLIP frame.
+public enum BLIPMessageType: UInt8, Sendable {
+    /// A request (MSG).
+    case request = 0
+    /// A successful response (RPY).
+    case response = 1
+    /// An error response (ERR).
+    case error = 2
+    /// Flow-control acknowledgement of an incoming request's bytes (ACKMSG).
+    case ackRequest = 4
+    /// Flow-control acknowledgement of an incoming response's bytes (ACKRPY).
+    case ackResponse = 5
+
+    var isAck: Bool { self == .ackRequest || self == .ackResponse }
+}
+
+/// Frame flag bits above the type field.
+public struct BLIPFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let compressed = BLIPFlags(rawValue: 0x08)
+    public static let urgent = BLIPFlags(rawValue: 0x10)
+    public static let noReply = BLIPFlags(rawValue: 0x20)
+    public static let moreComing = BLIPFlags(rawValue: 0x40)
+    static let typeMask: UInt8 = 0x07
+}
+
+/// Ordered string properties of a BLIP message (order is kept as sent; lookups take the
+/// first match).
+public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral, ExpressibleByArrayLiteral, Sequence {
+    public private(set) var pairs: [(key: String, value: String)]
+
+    public init() { pairs = [] }
+    public init(_ pairs: [(String, String)]) { self.pairs = pairs.map { (key: $0.0, value: $0.1) } }
+    /// Keeps the literal's order.
+    public init(dictionaryLiteral elements: (String, String)...) { self.init(elements) }
+    public init(arrayLiteral elements: (String, String)...) { self.init(elements) }
+
+    public subscript(key: String) -> String? {
+        get { pairs.first { $0.key == key }?.value }
+        set {
+            if let i = pairs.firstIndex(where: { $0.key == key }) {
+                if let newValue { pairs[i].value = newValue } else { pairs.remove(at: i) }
+            } else if let newValue {
+                pairs.append((key: key, value: newValue))
+            }
+        }
+    }
+
+    /// A boolean property as LiteCore reads it: `true`/`yes` (any case) or a non-zero integer.
+    public func bool(_ key: String) -> Bool {
+        guard let v = self[key] else { return false }
+        if let i = Int(v) { return i != 0 }
+        return v.lowercased() == "true" || v.lowercased() == "yes"
+    }
+
+    /// An integer property, or nil when absent or not an integer.
+    public func int(_ key: String) -> Int? { self[key].flatMap { Int($0) } }
+
+    public func makeIterator() -> IndexingIterator<[(key: String, value: String)]> { pairs.makeIterator() }
+
+    public static func == (a: BLIPProperties, b: BLIPProperties) -> Bool {
+        a.pairs.elementsEqual(b.pairs) { $0.key == $1.key && $0.value == $1.value }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        for (k, v) in pairs { hasher.combine(k); hasher.combine(v) }
+    }
+
+    /// `key NUL value NUL ...`
+    func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        for (k, v) in pairs {
+            out.append(contentsOf: k.utf8); out.append(0)
+            out.append(contentsOf: v.utf8); out.append(0)
+        }
+        return out
+    }
+
+    /// Parses `key NUL value NUL ...`; the bytes must end with NUL and hold an even number of them.
+    static func decode(_ bytes: ArraySlice<UInt8>) throws(PeerSyncError) -> BLIPProperties {
+        if bytes.isEmpty { return BLIPProperties() }
+        guard bytes.last == 0 else {
+            throw PeerSyncError(.blipProtocolError, "message properties do not end with NUL")
+        }
+        let parts = bytes.dropLast().split(separator: 0, omittingEmptySubsequences: false)
+        guard parts.count % 2 == 0 else {
+            throw PeerSyncError(.blipProtocolError, "message properties have an odd number of strings")
+        }
+        var result = BLIPProperties()
+        var i = 0
+        while i < parts.count {
+            guard let key = String(validating: parts[i], as: UTF8.self),
+                  let value = String(validating: parts[i + 1], as: UTF8.self) else {
+                throw PeerSyncError(.blipProtocolError, "message properties are not valid UTF-8")
+            }
+            result.pairs.append((key: key, value: value))
+            i += 2
+        }
+        return result
+    }
+}
+
+/// A complete BLIP message: a request, a response or an error response.
+public struct BLIPMessage: Sendable, Hashable {
+    public var type: BLIPMessageType
+    /// Request number (for responses: the number of the request answered). Assigned by the
+    /// connection when a request is sent.
+    public var number: UInt64
+    /// `.urgent`, `.compressed`, `.noReply` (`.moreComing` is a framing detail, never set here).
+    public var flags: BLIPFlags
+    public var properties: BLIPProperties
+    public var body: [UInt8]
+
+    public init(type: BLIPMessageType = .request, number: UInt64 = 0, flags: BLIPFlags = [],
+                properties: BLIPProperties = [:], body: [UInt8] = []) {
+        self.type = type
+        self.number = number
+        self.flags = flags.subtracting(.moreComing)
+        self.properties = properties
+        self.body = body
+    }
+
+    /// A request with a `Profile` property (written first, as LiteCore does).
+    public static func request(_ profile: String, properties: BLIPProperties = [:], body: [UInt8] = [],
+                               flags: BLIPFlags = []) -> BLIPMessage {
+        var props = BLIPProperties([("Profile", profile)])
+        for (k, v) in properties where k != "Profile" { props[k] = v }
+        return BLIPMessage(type: .request, flags: flags, properties: props, body: body)
+    }
+
+    /// An error response: `Error-Domain`, `Error-Code`, message in the body.
+    public static func error(domain: String, code: Int, message: String) -> BLIPMessage {
+        BLIPMessage(type: .error, properties: [("Error-Domain", domain), ("Error-Code", String(code))],
+                    body: Array(message.utf8))
+    }
+
+    public var profile: String? { properties["Profile"] }
+    public var isError: Bool { type == .error }
+    /// `Error-Domain` of an error response (default `BLIP`).
+    public var errorDomain: String? { type == .error ? (properties["Error-Domain"] ?? "BLIP") : nil }
+    public var errorCode: Int? { type == .error ? (properties.int("Error-Code") ?? 0) : nil }
+    public var bodyString: String { String(decoding: body, as: UTF8.self) }
+
+    /// `varint(properties length) ‖ properties ‖ body`: the bytes that get framed.
+    func encodedContent() -> [UInt8] {
+        let props = properties.encoded()
+        var out: [UInt8] = []
+        out.reserveCapacity(props.count + body.count + 4)
+        Varint.append(UInt64(props.count), to: &out)
+        out.append(contentsOf: props)
+        out.append(contentsOf: body)
+        return out
+    }
+}

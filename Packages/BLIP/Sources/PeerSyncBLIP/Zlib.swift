@@ -1,0 +1,154 @@
+internal import CZlib
+#if canImport(PeerSyncCore)
+import PeerSyncCore
+#endif
+
+extension PeerSyncError.Code {
+    /// A BLIP peer broke the framing protocol (bad varint, CRC mismatch, out-of-order request,
+    /// corrupt deflate data, oversize message, ...). The connection is closed.
+    public static let blipProtocolError = Self(rawValue: "blipProtocolError")
+}
+
+/// The one place zlib return codes become errors.
+@inline(__always)
+func checkZlib(_ code: Int32, _ operation: String, stream: UnsafeMutablePointer<z_stream>? = nil) throws(PeerSyncError) -> Int32 {
+    switch code {
+    case Z_OK, Z_STREAM_END, Z_BUF_ERROR:
+        // Z_BUF_ERROR only means "no progress possible": not an error with sync flushing.
+        return code
+    default:
+        var detail = "zlib error \(code)"
+        if let msg = stream?.pointee.msg { detail += ": " + String(cString: msg) }
+        let errorCode: PeerSyncError.Code = code == Z_DATA_ERROR ? .blipProtocolError : .internalError
+        throw PeerSyncError(errorCode, "\(operation) failed (\(detail))")
+    }
+}
+
+/// CRC-32 (IEEE, zlib's `crc32`), continued from `crc`.
+func crc32Update(_ crc: UInt32, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
+    guard let base = bytes.baseAddress, bytes.count > 0 else { return crc }
+    return UInt32(truncatingIfNeeded: CZlib.crc32(UInt(crc), base.assumingMemoryBound(to: Bytef.self), UInt32(bytes.count)))
+}
+
+func crc32Update(_ crc: UInt32, _ bytes: [UInt8]) -> UInt32 {
+    bytes.withUnsafeBytes { crc32Update(crc, $0) }
+}
+
+/// The trailer a sync flush ends with; BLIP strips it on send and re-adds it on receive.
+let syncFlushTrailer: [UInt8] = [0x00, 0x00, 0xFF, 0xFF]
+
+/// A persistent raw-DEFLATE compressor for one direction of one connection.
+/// Not thread-safe: owned by the connection's outbound path, which serializes use.
+final class Deflater {
+    private let stream: UnsafeMutablePointer<z_stream>
+
+    init(level: Int32 = 6) throws(PeerSyncError) {
+        stream = .allocate(capacity: 1)
+        stream.initialize(to: z_stream())
+        do {
+            _ = try checkZlib(peersync_deflateInit2(stream, level, -15, 9), "deflateInit2", stream: stream)
+        } catch {
+            stream.deallocate()
+            throw error
+        }
+    }
+
+    deinit {
+        deflateEnd(stream)
+        stream.deallocate()
+    }
+
+    /// Compresses `input` with a sync flush and returns the output without the 00 00 FF FF
+    /// trailer.
+    func compress(_ input: ArraySlice<UInt8>) throws(PeerSyncError) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: input.count + input.count / 100 + 64)
+        var produced = 0
+        var input = Array(input)
+        try input.withUnsafeMutableBufferPointer { (inBuf) throws(PeerSyncError) in
+            stream.pointee.next_in = inBuf.baseAddress
+            stream.pointee.avail_in = UInt32(inBuf.count)
+            while true {
+                if produced == output.count { output.append(contentsOf: repeatElement(0, count: 1024)) }
+                let code: Int32 = output.withUnsafeMutableBufferPointer { outBuf in
+                    stream.pointee.next_out = outBuf.baseAddress! + produced
+                    stream.pointee.avail_out = UInt32(outBuf.count - produced)
+                    let result = deflate(stream, Z_SYNC_FLUSH)
+                    produced = outBuf.count - Int(stream.pointee.avail_out)
+                    return result
+                }
+                _ = try checkZlib(code, "deflate", stream: stream)
+                if stream.pointee.avail_in == 0 && stream.pointee.avail_out > 0 { break }
+            }
+            stream.pointee.next_in = nil
+        }
+        output.removeSubrange(produced...)
+        guard output.count >= 4, Array(output.suffix(4)) == syncFlushTrailer else {
+            throw PeerSyncError(.internalError, "deflate output did not end with a sync-flush marker")
+        }
+        output.removeLast(4)
+        return output
+    }
+}
+
+/// A persistent raw-DEFLATE decompressor for one direction of one connection.
+/// Not thread-safe: owned by the connection's inbound path, which serializes use.
+final class Inflater {
+    private let stream: UnsafeMutablePointer<z_stream>
+    /// Upper bound on the bytes one frame may inflate to (guards against deflate bombs).
+    let maxOutput: Int
+
+    init(maxOutput: Int) throws(PeerSyncError) {
+        self.maxOutput = maxOutput
+        stream = .allocate(capacity: 1)
+        stream.initialize(to: z_stream())
+        do {
+            _ = try checkZlib(peersync_inflateInit2(stream, -15), "inflateInit2", stream: stream)
+        } catch {
+            stream.deallocate()
+            throw error
+        }
+    }
+
+    deinit {
+        inflateEnd(stream)
+        stream.deallocate()
+    }
+
+    /// Inflates one frame's payload (the trailer is added here).
+    func decompress(_ payload: ArraySlice<UInt8>) throws(PeerSyncError) -> [UInt8] {
+        var input = Array(payload)
+        input.append(contentsOf: syncFlushTrailer)
+        var output = [UInt8](repeating: 0, count: max(256, min(maxOutput, payload.count * 4)))
+        var produced = 0
+        try input.withUnsafeMutableBufferPointer { (inBuf) throws(PeerSyncError) in
+            stream.pointee.next_in = inBuf.baseAddress
+            stream.pointee.avail_in = UInt32(inBuf.count)
+            while true {
+                if produced == output.count {
+                    guard output.count < maxOutput else {
+                        throw PeerSyncError(.blipProtocolError, "compressed frame inflates beyond \(maxOutput) bytes")
+                    }
+                    output.append(contentsOf: repeatElement(0, count: min(output.count, maxOutput - output.count)))
+                }
+                let code: Int32 = output.withUnsafeMutableBufferPointer { outBuf in
+                    stream.pointee.next_out = outBuf.baseAddress! + produced
+                    stream.pointee.avail_out = UInt32(outBuf.count - produced)
+                    let result = inflate(stream, Z_SYNC_FLUSH)
+                    produced = outBuf.count - Int(stream.pointee.avail_out)
+                    return result
+                }
+                let checked = try checkZlib(code, "inflate", stream: stream)
+                if checked == Z_STREAM_END {
+                    throw PeerSyncError(.blipProtocolError, "deflate stream ended (BLIP streams never finish)")
+                }
+                if stream.pointee.avail_in == 0 && stream.pointee.avail_out > 0 { break }
+                if checked == Z_BUF_ERROR && stream.pointee.avail_out > 0 {
+                    throw PeerSyncError(.blipProtocolError, "truncated compressed frame")
+                }
+            }
+            stream.pointee.next_in = nil
+        }
+        output.removeSubrange(produced...)
+        return output
+    }
+}

@@ -1,0 +1,176 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import PeerSyncBLIP
+import PeerSyncCore
+
+/// An unbounded frame queue with one reader (test support only).
+final class FrameQueue: Sendable {
+    private struct State {
+        var frames: [[UInt8]] = []
+        var waiter: CheckedContinuation<[UInt8]?, Never>?
+        var finished = false
+    }
+    private let state = Mutex(State())
+
+    func push(_ frame: [UInt8]) {
+        let waiter: CheckedContinuation<[UInt8]?, Never>? = state.withLock { s in
+            if s.finished { return nil }
+            if let w = s.waiter { s.waiter = nil; return w }
+            s.frames.append(frame)
+            return nil
+        }
+        waiter?.resume(returning: frame)
+    }
+
+    func finish() {
+        let waiter = state.withLock { s -> CheckedContinuation<[UInt8]?, Never>? in
+            s.finished = true
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume(returning: nil)
+    }
+
+    func pop() async -> [UInt8]? {
+        await withCheckedContinuation { continuation in
+            let immediate: [UInt8]?? = state.withLock { s in
+                if !s.frames.isEmpty { return .some(s.frames.removeFirst()) }
+                if s.finished { return .some(nil) }
+                s.waiter = continuation
+                return .none
+            }
+            if let immediate { continuation.resume(returning: immediate) }
+        }
+    }
+}
+
+/// Two in-memory channels wired back to back; counts sent frames for assertions.
+final class MemoryChannel: BLIPFrameChannel, Sendable {
+    let inbound = FrameQueue()
+    let peer = Mutex<MemoryChannel?>(nil)
+    let sentFrames = Mutex<Int>(0)
+
+    static func pair() -> (MemoryChannel, MemoryChannel) {
+        let a = MemoryChannel(), b = MemoryChannel()
+        a.peer.withLock { $0 = b }
+        b.peer.withLock { $0 = a }
+        return (a, b)
+    }
+
+    func sendFrame(_ frame: [UInt8]) async throws {
+        guard let peer = peer.withLock({ $0 }) else { throw PeerSyncError(.closed, "closed") }
+        sentFrames.withLock { $0 += 1 }
+        peer.inbound.push(frame)
+    }
+
+    func receiveFrame() async throws -> [UInt8]? { await inbound.pop() }
+
+    func close(code: Int, reason: String) async {
+        let p = peer.withLock { p in defer { p = nil }; return p }
+        inbound.finish()
+        p?.inbound.finish()
+    }
+
+    /// Injects raw bytes as if the peer had sent them.
+    func inject(_ frame: [UInt8]) { inbound.push(frame) }
+}
+
+@Suite struct ConnectionTests {
+    func connected() async throws -> (BLIPConnection, BLIPConnection, MemoryChannel, MemoryChannel) {
+        let (a, b) = MemoryChannel.pair()
+        return (try BLIPConnection(channel: a), try BLIPConnection(channel: b), a, b)
+    }
+
+    @Test func requestResponseAndUnknownProfile() async throws {
+        let (client, server, _, _) = try await connected()
+        await server.setHandler(profile: "echo") { request in
+            BLIPMessage(type: .response, properties: ["n": request.properties["n"] ?? ""], body: request.body.reversed())
+        }
+        await server.setHandler(profile: "fail") { _ in
+            throw PeerSyncError(.conflict, "nope", context: ["blipDomain": "HTTP", "blipCode": "409"])
+        }
+        await client.start()
+        await server.start()
+        let reply = try await client.sendRequest(.request("echo", properties: ["n": "7"], body: [1, 2, 3]))
+        #expect(reply.type == .response && reply.properties["n"] == "7" && reply.body == [3, 2, 1])
+        let missing = try await client.sendRequest(.request("whatever"))
+        #expect(missing.errorDomain == "BLIP" && missing.errorCode == 404)
+        let failed = try await client.sendRequest(.request("fail"))
+        #expect(failed.errorDomain == "HTTP" && failed.errorCode == 409 && failed.bodyString == "nope")
+        await client.close()
+        #expect(await server.waitUntilClosed() == .normal)
+    }
+
+    @Test func manyConcurrentRequestsCompressedAndNot() async throws {
+        let (client, server, _, _) = try await connected()
+        await server.setHandler(profile: "sum") { request in
+            let n = request.body.reduce(0) { $0 + Int($1) }
+            return BLIPMessage(type: .response, flags: [.compressed], body: Array(String(n).utf8))
+        }
+        await client.start()
+        await server.start()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<200 {
+                group.addTask {
+                    let body = [UInt8](repeating: UInt8(i % 50), count: 100 + i * 37)
+                    let flags: BLIPFlags = i % 2 == 0 ? [.compressed] : (i % 3 == 0 ? [.urgent] : [])
+                    let reply = try await client.sendRequest(.request("sum", body: body, flags: flags))
+                    #expect(reply.bodyString == String(body.reduce(0) { $0 + Int($1) }))
+                }
+            }
+            try await group.waitForAll()
+        }
+        await client.close()
+    }
+
+    @Test func fiftyMegabyteMessageFlowsWithAcks() async throws {
+        var tuning = BLIPTuning()
+        tuning.maxMessageSize = 64 * 1024 * 1024
+        let (a, b) = MemoryChannel.pair()
+        let client = try BLIPConnection(channel: a, tuning: tuning)
+        let server = try BLIPConnection(channel: b, tuning: tuning)
+        let received = Mutex<[UInt8]>([])
+        await server.setHandler(profile: "store") { request in
+            received.withLock { $0 = request.body }
+            return BLIPMessage(type: .response, body: Array(String(request.body.count).utf8))
+        }
+        await client.start()
+        await server.start()
+        // Incompressible content: a 64 KiB random block repeated (farther apart than deflate's window).
+        var block = [UInt8](repeating: 0, count: 65536)
+        var rng = SystemRandomNumberGenerator()
+        for i in 0..<block.count { block[i] = UInt8.random(in: 0...255, using: &rng) }
+        var body: [UInt8] = []
+        body.reserveCapacity(50 * 1024 * 1024)
+        while body.count < 50 * 1024 * 1024 { body.append(contentsOf: block) }
+        let reply = try await client.sendRequest(.request("store", body: body))
+        #expect(reply.bodyString == String(body.count))
+        #expect(received.withLock { $0 == body })
+        // 50 MiB in ≤16 KiB frames: thousands of frames; the sender only got past the
+        // 128,000-byte window because the receiver ACKed: one ACK per ≥ 50,000 and < 50,000 + one
+        // frame (16,384) bytes, so at least 52,428,800 / 66,384 ≈ 790 ACKs.
+        #expect(a.sentFrames.withLock { $0 } > 3000)
+        #expect(b.sentFrames.withLock { $0 } > 780)
+        await client.close()
+    }
+
+    @Test func protocolViolationClosesWithErrorAndFailsPending() async throws {
+        let (client, server, _, serverChannel) = try await connected()
+        await server.setHandler(profile: "slow") { _ in
+            try await Task.sleep(for: .seconds(30))
+            return nil
+        }
+        await client.start()
+        await server.start()
+        let pending = Task { try await client.sendRequest(.request("slow")) }
+        try await Task.sleep(for: .milliseconds(50))
+        serverChannel.inject([0x09, 0x00, 0x00, 0xde, 0xad, 0xbe, 0xef])  // request #9: out of order
+        let reason = await server.waitUntilClosed()
+        guard case .error(let error) = reason else { Issue.record("expected an error close"); return }
+        #expect(error.code == .blipProtocolError)
+        await #expect(throws: PeerSyncError.self) { _ = try await pending.value }
+        // The server closed the link, so the client saw the stream end.
+        #expect(await client.waitUntilClosed() == .normal)
+    }
+}

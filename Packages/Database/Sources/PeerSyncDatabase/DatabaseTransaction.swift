@@ -1,0 +1,78 @@
+import Foundation
+import PeerSyncCore
+import PeerSyncStorage
+
+/// The synchronous operations available inside ``Database/inBatch(_:)``: they all run in one
+/// storage write transaction, committed together when the batch closure returns and rolled
+/// back when it throws. Reads see the batch's own changes.
+///
+/// Valid only during the closure it is passed to; afterwards every method throws `.closed`.
+/// Not `Sendable`: use it only on the thread that runs the closure.
+public final class DatabaseTransaction {
+    private let writer: any StorageWriter
+    private let database: Database
+    private var isValid = true
+
+    init(writer: any StorageWriter, database: Database) {
+        self.writer = writer
+        self.database = database
+    }
+
+    func invalidate() { isValid = false }
+
+    private func engine(_ collection: Collection) throws(PeerSyncError) -> DocumentEngine {
+        guard isValid else { throw PeerSyncError(.closed, "the batch has ended") }
+        guard collection.database === database else {
+            throw PeerSyncError(.invalidArgument, "collection belongs to another database",
+                                context: ["collection": collection.fullName])
+        }
+        return collection.engine
+    }
+
+    /// The current revision of a document, or nil if missing or deleted.
+    public func document(id: String, in collection: Collection) throws -> Document? {
+        try engine(collection).document(id: id, writer)
+    }
+
+    /// Like ``Collection/save(document:concurrencyControl:)``.
+    @discardableResult
+    public func save(document: inout MutableDocument, in collection: Collection,
+                     concurrencyControl: ConcurrencyControl = .lastWriteWins) throws -> Bool {
+        try engine(collection).save(&document, concurrencyControl: concurrencyControl, deleting: false, writer)
+    }
+
+    /// Like ``Collection/save(document:conflictHandler:)``.
+    @discardableResult
+    public func save(document: inout MutableDocument, in collection: Collection,
+                     conflictHandler: (inout MutableDocument, Document?) throws -> Bool) throws -> Bool {
+        try engine(collection).save(&document, conflictHandler: conflictHandler, writer)
+    }
+
+    /// Like ``Collection/delete(document:concurrencyControl:)``.
+    @discardableResult
+    public func delete(document: Document, in collection: Collection,
+                       concurrencyControl: ConcurrencyControl = .lastWriteWins) throws -> Bool {
+        var doc = document.toMutable()
+        return try engine(collection).save(&doc, concurrencyControl: concurrencyControl, deleting: true, writer)
+    }
+
+    /// Like ``Collection/purge(id:)``.
+    public func purge(id: String, in collection: Collection) throws {
+        try engine(collection).purge(id: id, writer)
+    }
+
+    /// Like ``Collection/insertRevision(docID:revisionID:history:body:deleted:allowConflict:)``:
+    /// a replicator inserts a batch of pulled revisions in one transaction.
+    @discardableResult
+    public func insertRevision(docID: String, revisionID: RevisionID, history: [RevisionID],
+                               body: [String: JSONValue], deleted: Bool, in collection: Collection,
+                               allowConflict: Bool = true) throws -> InsertResult {
+        try engine(collection).insertRevision(id: docID, revisionID: revisionID, history: history, body: body,
+                                               deleted: deleted, allowConflict: allowConflict, writer)
+    }
+
+    /// Like ``Collection/revisions(of:)``.
+    public func revisions(of docID: String, in collection: Collection) throws -> DocumentRevisions? {
+        try engine(collection).revisions(of: docID, writer)
+    }
+}

@@ -1,0 +1,222 @@
+import Dispatch
+import PeerSyncCore
+import PeerSyncStorage
+import Synchronization
+
+/// Documents of one collection that changed in one commit (or, for changes made by another
+/// process, in the commits seen by one poll). Purged and expired documents are included.
+public struct CollectionChange: Sendable {
+    public let collection: Collection
+    /// The IDs of the changed documents, each once, in the order of their changes.
+    public let documentIDs: [String]
+}
+
+/// One document that changed.
+public struct DocumentChange: Sendable {
+    public let collection: Collection
+    public let documentID: String
+}
+
+/// Returned when a listener is added; ``remove()`` stops the notifications.
+public final class ListenerToken: Sendable, Hashable {
+    let id: UInt64
+    private let notifier: ChangeNotifier
+
+    init(id: UInt64, notifier: ChangeNotifier) {
+        self.id = id
+        self.notifier = notifier
+    }
+
+    /// Removes the listener (a stream ends). Idempotent.
+    public func remove() { notifier.remove(id) }
+
+    public static func == (lhs: ListenerToken, rhs: ListenerToken) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
+/// The listeners of one database and what they have seen.
+///
+/// Change detection is uniform for this process and others: after each local commit and on
+/// each timer tick, ``poll(_:database:)`` reads the `lastSequence` of every watched
+/// collection's documents and purge-log keyspaces and enumerates the records above the last
+/// sequence it saw. Purges are recorded in the purge log (a keyspace) because a purged record
+/// leaves no trace in the sequence index.
+final class ChangeNotifier: Sendable {
+    struct Listener: Sendable {
+        let spec: CollectionSpec
+        /// nil: every document of the collection.
+        let docID: String?
+        let deliver: @Sendable (_ database: Database, _ documentIDs: [String]) -> Void
+        let finish: (@Sendable () -> Void)?
+    }
+
+    struct Registry {
+        var listeners: [UInt64: Listener] = [:]
+        var nextID: UInt64 = 1
+        /// Set when the database closed: new listeners are finished at once.
+        var closed = false
+    }
+
+    struct Seen {
+        var documents: UInt64
+        var purges: UInt64
+    }
+
+    private let registry = Mutex(Registry())
+    /// Last sequences delivered per watched collection; only touched on the database queue.
+    private let seen = QueueConfined([CollectionSpec: Seen]())
+
+    /// Registers a listener; on a closed database it is finished at once (a stream ends).
+    func add(_ listener: Listener) -> ListenerToken {
+        let id = registry.withLock { registry -> UInt64? in
+            guard !registry.closed else { return nil }
+            let id = registry.nextID
+            registry.nextID += 1
+            registry.listeners[id] = listener
+            return id
+        }
+        guard let id else {
+            listener.finish?()
+            return ListenerToken(id: 0, notifier: self)
+        }
+        return ListenerToken(id: id, notifier: self)
+    }
+
+    /// How many listeners are registered.
+    var listenerCount: Int { registry.withLock { $0.listeners.count } }
+
+    func remove(_ id: UInt64) {
+        let removed = registry.withLock { $0.listeners.removeValue(forKey: id) }
+        removed?.finish?()
+    }
+
+    /// Removes every listener, ending their streams; later listeners end at once.
+    func finishAll() {
+        let all = registry.withLock { registry in
+            registry.closed = true
+            defer { registry.listeners.removeAll() }
+            return Array(registry.listeners.values)
+        }
+        for listener in all { listener.finish?() }
+    }
+
+    /// Delivers changes committed since the last poll. Must run on the database queue.
+    func poll(_ storage: any Storage, database: Database) {
+        let listeners = registry.withLock { Array($0.listeners.values) }
+        let watched = Set(listeners.map(\.spec))
+        guard !watched.isEmpty else {
+            seen.modify { $0.removeAll() }
+            return
+        }
+        var batches: [CollectionSpec: [String]] = [:]
+        do {
+            let previous = seen.value
+            var updated: [CollectionSpec: Seen] = [:]
+            try storage.read { reader in
+                for spec in watched {
+                    let lastDocument = try reader.lastSequence(in: spec.documentsKeyspace)
+                    let lastPurge = try reader.lastSequence(in: spec.purgeLogKeyspace)
+                    guard var mark = previous[spec] else {
+                        // Newly watched: start from now.
+                        updated[spec] = Seen(documents: lastDocument, purges: lastPurge)
+                        continue
+                    }
+                    // A dropped and re-created keyspace restarts its sequences.
+                    if lastDocument < mark.documents { mark.documents = 0 }
+                    if lastPurge < mark.purges { mark.purges = 0 }
+                    var ids: [String] = []
+                    var unique = Set<String>()
+                    if lastDocument > mark.documents {
+                        try reader.enumerate(in: spec.documentsKeyspace, since: mark.documents) { record in
+                            if unique.insert(record.key).inserted { ids.append(record.key) }
+                            return true
+                        }
+                    }
+                    if lastPurge > mark.purges {
+                        try reader.enumerate(in: spec.purgeLogKeyspace, since: mark.purges) { record in
+                            if unique.insert(record.key).inserted { ids.append(record.key) }
+                            return true
+                        }
+                    }
+                    updated[spec] = Seen(documents: lastDocument, purges: lastPurge)
+                    if !ids.isEmpty { batches[spec] = ids }
+                }
+            }
+            seen.modify { $0 = updated }
+        } catch {
+            Database.log.warning("database \(database.name): cannot read changes: \(error)")
+            return
+        }
+        guard !batches.isEmpty else { return }
+        for listener in listeners {
+            guard let ids = batches[listener.spec] else { continue }
+            if let docID = listener.docID {
+                if ids.contains(docID) { listener.deliver(database, [docID]) }
+            } else {
+                listener.deliver(database, ids)
+            }
+        }
+    }
+}
+
+extension Collection {
+    /// Calls `listener` with the IDs of documents changed by each commit to this collection —
+    /// by this database, by another `Database` instance or by another process with the same
+    /// database open (noticed within ``DatabaseConfiguration/changePollInterval``). Purges and
+    /// expirations count as changes. Callbacks run on `queue`, or in order on the database's
+    /// notification queue. Changes committed after this call returns are delivered.
+    @discardableResult
+    public func addChangeListener(queue: DispatchQueue? = nil,
+                                  _ listener: @escaping @Sendable (CollectionChange) -> Void) -> ListenerToken {
+        let target = queue ?? database.notificationQueue
+        let spec = self.spec
+        let token = database.notifier.add(.init(spec: spec, docID: nil, deliver: { database, ids in
+            let change = CollectionChange(collection: database.makeCollection(spec), documentIDs: ids)
+            target.async { listener(change) }
+        }, finish: nil))
+        database.schedulePoll()
+        return token
+    }
+
+    /// Calls `listener` whenever the document `id` changes (see ``addChangeListener(queue:_:)``).
+    @discardableResult
+    public func addDocumentChangeListener(id: String, queue: DispatchQueue? = nil,
+                                          _ listener: @escaping @Sendable (DocumentChange) -> Void) -> ListenerToken {
+        let target = queue ?? database.notificationQueue
+        let spec = self.spec
+        let token = database.notifier.add(.init(spec: spec, docID: id, deliver: { database, _ in
+            let change = DocumentChange(collection: database.makeCollection(spec), documentID: id)
+            target.async { listener(change) }
+        }, finish: nil))
+        database.schedulePoll()
+        return token
+    }
+
+    /// The changes of this collection as an async stream (see ``addChangeListener(queue:_:)``).
+    /// The stream ends when the consumer stops iterating or the database closes.
+    public func changeStream() -> AsyncStream<CollectionChange> {
+        let (stream, continuation) = AsyncStream.makeStream(of: CollectionChange.self)
+        let spec = self.spec
+        let token = database.notifier.add(.init(spec: spec, docID: nil, deliver: { database, ids in
+            continuation.yield(CollectionChange(collection: database.makeCollection(spec), documentIDs: ids))
+        }, finish: { continuation.finish() }))
+        continuation.onTermination = { _ in token.remove() }
+        database.schedulePoll()
+        return stream
+    }
+
+    /// Same as ``changeStream()``.
+    public var changes: AsyncStream<CollectionChange> { changeStream() }
+
+    /// The changes of one document as an async stream.
+    public func documentChangeStream(id: String) -> AsyncStream<DocumentChange> {
+        let (stream, continuation) = AsyncStream.makeStream(of: DocumentChange.self)
+        let spec = self.spec
+        let token = database.notifier.add(.init(spec: spec, docID: id, deliver: { database, _ in
+            continuation.yield(DocumentChange(collection: database.makeCollection(spec), documentID: id))
+        }, finish: { continuation.finish() }))
+        continuation.onTermination = { _ in token.remove() }
+        database.schedulePoll()
+        return stream
+    }
+}

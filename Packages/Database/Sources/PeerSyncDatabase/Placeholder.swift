@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncDatabase is written; replaced by the package's sources.

@@ -1,0 +1,223 @@
+import PeerSyncCore
+import PeerSyncStorage
+
+// Types and engine operations the replicator uses: revision trees, inserting pulled
+// revisions with their history, resolving conflicts, local (non-replicated) documents.
+// Apps normally do not need them.
+
+/// One node of a document's revision tree.
+public struct RevisionInfo: Sendable, Hashable {
+    public let revisionID: RevisionID
+    /// The parent revision, nil for a root (generation 1, or an ancestor pruned away).
+    public let parentRevisionID: RevisionID?
+    public let flags: RevisionFlags
+    /// Whether the body of this revision is still stored.
+    public let hasBody: Bool
+
+    public var isDeleted: Bool { flags.contains(.deleted) }
+    public var isLeaf: Bool { flags.contains(.leaf) }
+    public var isConflict: Bool { flags.contains(.conflict) }
+}
+
+/// A document's whole revision tree.
+public struct DocumentRevisions: Sendable, Hashable {
+    public let docID: String
+    /// The sequence of the document's latest change.
+    public let sequence: UInt64
+    /// The current (winning) revision.
+    public let currentRevisionID: RevisionID
+    public let isDeleted: Bool
+    /// Whether a live leaf other than the current revision exists.
+    public let isConflicted: Bool
+    /// Every revision in LiteCore's `compareRevs` order: leaves first (the current revision
+    /// first of all), then ancestors, newest first.
+    public let revisions: [RevisionInfo]
+
+    /// The leaf revisions, current first.
+    public var leaves: [RevisionInfo] { revisions.filter(\.isLeaf) }
+
+    /// The revision with this ID, if known.
+    public func revision(_ id: RevisionID) -> RevisionInfo? { revisions.first { $0.revisionID == id } }
+
+    /// The known ancestors of `revisionID`, parent first, at most `maxCount` of them (nil if
+    /// the revision is unknown). This is the `history` a `rev` message carries.
+    public func history(of revisionID: RevisionID, maxCount: Int = Int.max) -> [RevisionID]? {
+        guard var current = revision(revisionID) else { return nil }
+        var out: [RevisionID] = []
+        while out.count < maxCount, let parent = current.parentRevisionID, let next = revision(parent) {
+            out.append(parent)
+            current = next
+        }
+        return out
+    }
+}
+
+/// The outcome of ``Collection/insertRevision(docID:revisionID:history:body:deleted:allowConflict:)``.
+public struct InsertResult: Sendable, Hashable {
+    /// The revision that was inserted.
+    public let revisionID: RevisionID
+    /// How many revisions were added to the tree (the revision and unknown ancestors); 0 when
+    /// the revision was already known and nothing changed.
+    public let added: Int
+    /// The document's new sequence, nil when nothing changed.
+    public let sequence: UInt64?
+    /// The document's current revision after the insertion (it stays the local one when the
+    /// inserted revision started a conflicting branch).
+    public let currentRevisionID: RevisionID
+    /// Whether the document now has unresolved conflicting branches.
+    public let isConflicted: Bool
+    /// Position in `[revisionID] + history` of the first revision that was already known
+    /// (0: the revision itself), nil if none was.
+    public let commonAncestorIndex: Int?
+
+    /// Whether anything was added.
+    public var inserted: Bool { added > 0 }
+}
+
+/// A local (non-replicated) document: replication checkpoints and other private state.
+/// Its revision ID is `0-<counter>`, increased by every put (as in LiteCore).
+public struct LocalDocument: Sendable, Hashable {
+    public let id: String
+    public let revisionID: String
+    public let properties: [String: JSONValue]
+}
+
+extension DocumentEngine {
+    func revisions(of id: String, _ reader: any StorageReader) throws -> DocumentRevisions? {
+        try requireCollection(reader)
+        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
+        let tree = try loadTree(record)
+        guard let winner = tree.winner else { return nil }
+        let order = tree.nodes.indices.sorted { RevTree.sortsBefore(tree[$0], tree[$1]) }
+        let infos = order.map { i in
+            let node = tree[i]
+            return RevisionInfo(revisionID: node.revID, parentRevisionID: node.parent.map { tree[$0].revID },
+                                flags: node.flags, hasBody: node.body != nil)
+        }
+        return DocumentRevisions(docID: id, sequence: record.sequence, currentRevisionID: winner.revID,
+                                 isDeleted: winner.isDeleted, isConflicted: tree.hasConflict, revisions: infos)
+    }
+
+    func revisionBody(id: String, revisionID: RevisionID, _ reader: any StorageReader) throws -> [String: JSONValue]? {
+        try requireCollection(reader)
+        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
+        let tree = try loadTree(record)
+        guard let index = tree.index(of: revisionID), let body = tree[index].body else { return nil }
+        return try parseBody(body, docID: id)
+    }
+
+    func insertRevision(id: String, revisionID: RevisionID, history: [RevisionID], body: [String: JSONValue],
+                        deleted: Bool, allowConflict: Bool, _ writer: any StorageWriter) throws -> InsertResult {
+        try requireCollection(writer)
+        try validateID(id)
+        let canonical = try validatedBody(body, docID: id, allowLegacyAttachments: true)
+        let existing = try writer.get(id, in: spec.documentsKeyspace)
+        var tree = try existing.map { record throws(PeerSyncError) in try loadTree(record) } ?? RevTree()
+        let insertion: RevTree.HistoryInsertion
+        do {
+            insertion = try tree.insertHistory(revID: revisionID, history: history, body: canonical, deleted: deleted,
+                                               hasAttachments: DocumentEngine.referencesBlobs(.object(body)),
+                                               allowConflict: allowConflict, markConflict: true)
+        } catch {
+            throw error.with("docID", id).with(spec)
+        }
+        var sequence: UInt64?
+        if insertion.added > 0 {
+            sequence = try writeTree(&tree, docID: id, writer)
+        }
+        guard let winner = tree.winner else {
+            throw PeerSyncError(.internalError, "revision tree is empty after an insertion", context: ["docID": id]).with(spec)
+        }
+        return InsertResult(revisionID: revisionID, added: insertion.added, sequence: sequence,
+                            currentRevisionID: winner.revID, isConflicted: tree.hasConflict,
+                            commonAncestorIndex: insertion.commonAncestor)
+    }
+
+    func resolveConflict(id: String, winning: RevisionID, losing: RevisionID, mergedBody: [String: JSONValue]?,
+                         mergedDeleted: Bool, _ writer: any StorageWriter) throws -> RevisionID {
+        try requireCollection(writer)
+        guard let record = try writer.get(id, in: spec.documentsKeyspace) else {
+            throw PeerSyncError(.notFound, "document does not exist", context: ["docID": id]).with(spec)
+        }
+        var tree = try loadTree(record)
+        guard winning != losing, let w = tree.index(of: winning), let l = tree.index(of: losing),
+              tree[w].isLeaf, tree[l].isLeaf else {
+            throw PeerSyncError(.invalidArgument, "conflict resolution needs two different leaf revisions",
+                                context: ["docID": id, "winning": winning.description, "losing": losing.description]).with(spec)
+        }
+        let mergedCanonical = try mergedBody.map { body throws(PeerSyncError) in
+            try validatedBody(mergedDeleted ? [:] : body, docID: id)
+        }
+        tree.purgeBranch(leaf: l)
+        guard let winnerIndex = tree.index(of: winning) else {
+            throw PeerSyncError(.internalError, "winning revision vanished while purging the losing branch",
+                                context: ["docID": id]).with(spec)
+        }
+        var result = winning
+        if let mergedCanonical {
+            let hasAttachments = !mergedDeleted && DocumentEngine.referencesBlobs(.object(mergedBody ?? [:]))
+            let index = tree.addLocal(parent: winnerIndex, body: mergedCanonical, deleted: mergedDeleted,
+                                      hasAttachments: hasAttachments)
+            result = tree[index].revID
+        } else {
+            tree.markBranchNotConflict(winnerIndex)
+        }
+        try writeTree(&tree, docID: id, writer)
+        return result
+    }
+}
+
+/// Local documents in one keyspace.
+struct LocalStore {
+    let keyspace: String
+
+    static func revisionNumber(_ record: Record) -> UInt64 {
+        let text = String(decoding: record.version, as: UTF8.self)
+        guard text.hasPrefix("0-") else { return 0 }
+        return UInt64(text.dropFirst(2)) ?? 0
+    }
+
+    func get(id: String, _ reader: any StorageReader) throws -> LocalDocument? {
+        try DocumentID.validate(id)
+        guard let record = try reader.get(id, in: keyspace) else { return nil }
+        let value: JSONValue
+        do { value = try JSONValue(parsing: record.body) } catch {
+            throw PeerSyncError(.corrupt, "stored local document is not valid JSON", context: ["docID": id])
+        }
+        guard let object = value.objectValue else {
+            throw PeerSyncError(.corrupt, "stored local document is not a JSON object", context: ["docID": id])
+        }
+        return LocalDocument(id: id, revisionID: String(decoding: record.version, as: UTF8.self), properties: object)
+    }
+
+    func put(id: String, properties: [String: JSONValue], ifRevision: String?, maxBodySize: Int,
+             _ writer: any StorageWriter) throws -> LocalDocument {
+        try DocumentID.validate(id)
+        let existing = try writer.get(id, in: keyspace)
+        if let ifRevision {
+            let current = existing.map { String(decoding: $0.version, as: UTF8.self) }
+            guard current == ifRevision || (current == nil && ifRevision.isEmpty) else {
+                throw PeerSyncError(.conflict, "local document changed", context: ["docID": id, "revID": current ?? "-"])
+            }
+        }
+        let body = JSONValue.object(properties).canonicalData
+        guard body.count <= maxBodySize else {
+            throw PeerSyncError(.tooLarge, "local document body is \(body.count) bytes, the maximum is \(maxBodySize)",
+                                context: ["docID": id])
+        }
+        let revision = "0-\((existing.map(LocalStore.revisionNumber) ?? 0) + 1)"
+        try writer.put(Record(key: id, version: Array(revision.utf8), body: body), in: keyspace)
+        return LocalDocument(id: id, revisionID: revision, properties: properties)
+    }
+
+    func delete(id: String, ifRevision: String?, _ writer: any StorageWriter) throws {
+        try DocumentID.validate(id)
+        guard let existing = try writer.get(id, in: keyspace) else {
+            throw PeerSyncError(.notFound, "local document does not exist", context: ["docID": id])
+        }
+        if let ifRevision, String(decoding: existing.version, as: UTF8.self) != ifRevision {
+            throw PeerSyncError(.conflict, "local document changed", context: ["docID": id])
+        }
+        try writer.purge(id, in: keyspace)
+    }
+}

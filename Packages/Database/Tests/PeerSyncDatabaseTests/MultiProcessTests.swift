@@ -1,0 +1,167 @@
+import Foundation
+import PeerSyncCore
+import Synchronization
+import Testing
+@testable import PeerSyncDatabase
+
+/// A `database-test-child` process whose standard output is collected line by line.
+final class ChildProcess: Sendable {
+    /// `@unchecked`: `Process` is not Sendable; it is configured before `run()` and then only
+    /// queried (`processIdentifier`, `isRunning`, `terminationStatus`), which Foundation allows
+    /// from any thread.
+    private struct ProcessBox: @unchecked Sendable { let process: Process }
+    private let box: ProcessBox
+    private let lines = Collected<String>()
+    private let readerDone = DispatchSemaphore(value: 0)
+
+    static var executablePath: String {
+        let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
+        var directory = executable.resolvingSymlinksInPath().deletingLastPathComponent()
+        while directory.pathComponents.contains(where: { $0.hasSuffix(".xctest") }) {
+            directory.deleteLastPathComponent()
+        }
+        return directory.appendingPathComponent("database-test-child").path
+    }
+
+    init(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: ChildProcess.executablePath)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.standardError
+        box = ProcessBox(process: process)
+        try process.run()
+        let handle = output.fileHandleForReading
+        let lines = self.lines
+        let done = readerDone
+        let thread = Thread {
+            var pending = Data()
+            while true {
+                let data = handle.availableData
+                if data.isEmpty { break }
+                pending.append(data)
+                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
+                    pending.removeSubrange(pending.startIndex...newline)
+                    lines.append(line)
+                }
+            }
+            done.signal()
+        }
+        thread.start()
+    }
+
+    var output: [String] { lines.all }
+
+    /// Waits (deadlock guard: `timeout`) until `predicate` holds for the output lines.
+    func wait(timeout: Duration = .seconds(120), until predicate: ([String]) -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if predicate(output) { return true }
+            if !box.process.isRunning { return predicate(output) }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return predicate(output)
+    }
+
+    /// Waits for the process to exit and its output to be read; returns its exit status
+    /// (nil if it did not exit within `timeout`).
+    func waitForExit(timeout: Duration = .seconds(120)) async -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        while box.process.isRunning && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        guard !box.process.isRunning else { return nil }
+        _ = readerDone.wait(timeout: .now() + 5)
+        readerDone.signal()
+        return box.process.terminationStatus
+    }
+
+    func kill(_ signal: Int32 = SIGKILL) {
+        if box.process.isRunning { _ = Foundation.kill(box.process.processIdentifier, signal) }
+    }
+
+    deinit {
+        kill()
+    }
+}
+
+@Suite(.serialized) struct MultiProcessTests {
+    @Test func childExecutableIsBuilt() {
+        #expect(FileManager.default.isExecutableFile(atPath: ChildProcess.executablePath),
+                "the child must be built next to the tests: \(ChildProcess.executablePath)")
+    }
+
+    /// Two processes save 2,000 documents each into one database at the same time; both end
+    /// with all 4,000, and each was notified of every document the other saved.
+    @Test(arguments: Backend.multiProcess)
+    func twoProcessesWriteOneDatabase(_ backend: Backend) async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/shared.peersync"
+        let n = 2_000
+        let db = try await Database(path: path, config: makeConfig(backend, dir))
+        let c = try db.defaultCollection()
+        let fromChild = Collected<String>()
+        let token = c.addChangeListener { change in
+            for id in change.documentIDs where id.hasPrefix("child-") { fromChild.append(id) }
+        }
+        _ = try await c.lastSequence
+
+        let child = try ChildProcess([backend.rawValue, "write", path, "child-", "\(n)", "\(n)"])
+        #expect(await child.wait { $0.contains("READY") }, "child did not start: \(child.output)")
+        for i in 0..<n {
+            var doc = MutableDocument(id: "parent-\(i)", data: ["n": .int(Int64(i)), "writer": "parent"])
+            try await c.save(document: &doc)
+        }
+        #expect(await fromChild.wait(timeout: .seconds(120)) { Set($0).count >= n },
+                "the parent saw \(Set(fromChild.all).count) of the child's documents")
+        let status = await child.waitForExit()
+        #expect(status == 0, "child output: \(child.output.suffix(3))")
+        #expect(child.output.contains("SAW \(n)"), "child output: \(child.output.suffix(3))")
+        token.remove()
+
+        #expect(try await c.count == 2 * n)
+        let ids = Set(try await c.documentIDs())
+        #expect((0..<n).allSatisfy { ids.contains("parent-\($0)") && ids.contains("child-\($0)") })
+        #expect(try await db.checkIntegrity().isEmpty)
+        try await db.close()
+    }
+
+    /// A child saving documents is killed with SIGKILL again and again; after each kill the
+    /// database reopens cleanly and holds every document the child reported as saved.
+    @Test(arguments: Backend.multiProcess)
+    func killedWriterLosesNothingItReported(_ backend: Backend) async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/killed.peersync"
+        var reported = Set<String>()
+        for round in 0..<4 {
+            let child = try ChildProcess([backend.rawValue, "stream", path, "k\(round)-"])
+            let target = 15 + 10 * round
+            #expect(await child.wait { $0.count >= target }, "round \(round): child output \(child.output.suffix(3))")
+            child.kill(SIGKILL)
+            let status = await child.waitForExit()
+            #expect(status != nil && status != 0)
+            for line in child.output where line.hasPrefix("SAVED ") { reported.insert(String(line.dropFirst(6))) }
+
+            var config = makeConfig(backend, dir)
+            config.durable = true
+            let db = try await Database(path: path, config: config)
+            let problems = try await db.checkIntegrity()
+            #expect(problems.isEmpty, "round \(round): \(problems)")
+            let c = try db.defaultCollection()
+            let present = Set(try await c.documentIDs())
+            let missing = reported.subtracting(present)
+            #expect(missing.isEmpty, "round \(round): reported but missing: \(missing.sorted().prefix(5))")
+            // Blobs of reported documents are readable.
+            if let withBlob = reported.sorted().first(where: { $0.hasSuffix("-0") }) {
+                let blob = try #require(try await c.document(id: withBlob)?.blob(forKey: "file"))
+                #expect(try await blob.content == Data("blob \(withBlob)".utf8))
+            }
+            try await db.close()
+        }
+        #expect(reported.count >= 15 + 25 + 35 + 45)
+    }
+}

@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncDatabaseTests is written; replaced by the package's sources.

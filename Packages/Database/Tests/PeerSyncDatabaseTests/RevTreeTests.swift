@@ -1,0 +1,222 @@
+import PeerSyncCore
+import Testing
+@testable import PeerSyncDatabase
+
+private func body(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+@Suite struct RevTreeTests {
+    @Test func localEditsFormAChainWithDeterministicIDs() throws {
+        var tree = RevTree()
+        let a = tree.addLocal(parent: nil, body: body(#"{"v":1}"#), deleted: false, hasAttachments: false)
+        let b = tree.addLocal(parent: a, body: body(#"{"v":2}"#), deleted: false, hasAttachments: false)
+        #expect(tree.nodes.count == 2)
+        #expect(tree[a].revID.generation == 1 && tree[b].revID.generation == 2)
+        #expect(!tree[a].isLeaf && tree[b].isLeaf)
+        #expect(tree.winnerIndex == b)
+        #expect(tree[b].revID == RevisionID.next(parent: tree[a].revID, deleted: false, canonicalBody: body(#"{"v":2}"#)))
+        #expect(!tree.hasConflict)
+        #expect(tree.validate().isEmpty)
+    }
+
+    @Test func insertHistoryAddsUnknownAncestorsWithoutBodies() throws {
+        var tree = RevTree()
+        let result = try tree.insertHistory(revID: .t(3, "c"), history: [.t(2, "b"), .t(1, "a")], body: body("{}"),
+                                            deleted: false, hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(result.added == 3 && result.commonAncestor == nil)
+        #expect(tree.nodes.count == 3)
+        #expect(tree[tree.index(of: .t(1, "a"))!].body == nil)
+        #expect(tree[tree.index(of: .t(2, "b"))!].body == nil)
+        #expect(tree.winner?.revID == .t(3, "c"))
+        #expect(tree.winner?.isConflict == false)
+        // The same revision again changes nothing.
+        let again = try tree.insertHistory(revID: .t(3, "c"), history: [.t(2, "b")], body: body("{}"), deleted: false,
+                                           hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(again.added == 0 && again.commonAncestor == 0)
+        // Extending the current leaf is not a conflict.
+        let next = try tree.insertHistory(revID: .t(5, "e"), history: [.t(4, "d"), .t(3, "c"), .t(2, "b")], body: body("{}"),
+                                          deleted: false, hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(next.added == 2 && next.commonAncestor == 2)
+        #expect(tree.winner?.revID == .t(5, "e") && !tree.hasConflict)
+        #expect(tree.validate().isEmpty)
+    }
+
+    @Test func branchFromNonLeafIsFlaggedConflictAndLocalStaysCurrent() throws {
+        var tree = RevTree()
+        _ = try tree.insertHistory(revID: .t(2, "b"), history: [.t(1, "a")], body: body(#"{"l":1}"#), deleted: false,
+                                   hasAttachments: false, allowConflict: true, markConflict: true)
+        // A remote branch 2-z (higher digest than 2-b) starts from 1-a, which is not a leaf.
+        let remote = try tree.insertHistory(revID: .t(2, "z"), history: [.t(1, "a")], body: body(#"{"r":1}"#), deleted: false,
+                                            hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(remote.added == 1)
+        #expect(tree[remote.index].isConflict)
+        #expect(tree.winner?.revID == .t(2, "b"), "non-conflict leaves win over conflict leaves")
+        #expect(tree.hasConflict)
+        // Extending the conflict branch keeps it a conflict.
+        let ext = try tree.insertHistory(revID: .t(3, "y"), history: [.t(2, "z")], body: body("{}"), deleted: false,
+                                         hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(tree[ext.index].isConflict)
+        #expect(tree.winner?.revID == .t(2, "b"))
+        // Without allowConflict, creating a branch is refused.
+        #expect(throws: PeerSyncError.self) {
+            try tree.insertHistory(revID: .t(2, "q"), history: [.t(1, "a")], body: body("{}"), deleted: false,
+                                   hasAttachments: false, allowConflict: false, markConflict: true)
+        }
+        // A second root is a conflict too.
+        let root = try tree.insertHistory(revID: .t(1, "r"), history: [], body: body("{}"), deleted: false,
+                                          hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(tree[root.index].isConflict)
+        #expect(tree.validate().isEmpty)
+    }
+
+    @Test func winnerOrder() throws {
+        func node(_ id: RevisionID, _ flags: RevisionFlags) -> RevTree.Node {
+            RevTree.Node(revID: id, parent: nil, flags: flags, body: [])
+        }
+        // Leaves first.
+        #expect(RevTree.sortsBefore(node(.t(1, "a"), [.leaf]), node(.t(9, "z"), [])))
+        // Non-conflict before conflict, even with a lower revision ID.
+        #expect(RevTree.sortsBefore(node(.t(1, "a"), [.leaf]), node(.t(9, "z"), [.leaf, .conflict])))
+        // Live before deleted.
+        #expect(RevTree.sortsBefore(node(.t(1, "a"), [.leaf]), node(.t(9, "z"), [.leaf, .deleted])))
+        // Conflict outranks deletion: a non-conflict tombstone beats a live conflict leaf.
+        #expect(RevTree.sortsBefore(node(.t(1, "a"), [.leaf, .deleted]), node(.t(9, "z"), [.leaf, .conflict])))
+        // Then the higher generation, then the higher digest.
+        #expect(RevTree.sortsBefore(node(.t(3, "a"), [.leaf]), node(.t(2, "z"), [.leaf])))
+        #expect(RevTree.sortsBefore(node(.t(2, "b"), [.leaf]), node(.t(2, "a"), [.leaf])))
+    }
+
+    @Test func deletedWinnerWithLiveBranchIsAConflict() throws {
+        var tree = RevTree()
+        let a = tree.addLocal(parent: nil, body: body("{}"), deleted: false, hasAttachments: false)
+        _ = tree.addLocal(parent: a, body: body("{}"), deleted: true, hasAttachments: false)
+        _ = try tree.insertHistory(revID: .t(2, "ff"), history: [tree[a].revID], body: body(#"{"x":1}"#), deleted: false,
+                                   hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(tree.winner?.isDeleted == true)
+        #expect(tree.hasConflict, "a live leaf besides a deleted winner must be reported as a conflict")
+    }
+
+    @Test func sameTreeInDifferentOrdersHasTheSameWinner() throws {
+        let histories: [(RevisionID, [RevisionID])] = [
+            (.t(3, "c1"), [.t(2, "b1"), .t(1, "a")]),
+            (.t(3, "c2"), [.t(2, "b2"), .t(1, "a")]),
+            (.t(4, "d3"), [.t(3, "c3"), .t(2, "b1"), .t(1, "a")]),
+            (.t(2, "b9"), [.t(1, "a")]),
+        ]
+        var winners = Set<RevisionID>()
+        var leafSets = Set<Set<RevisionID>>()
+        for permutation in permutations(Array(histories.indices)) {
+            var tree = RevTree()
+            for i in permutation {
+                // markConflict: false models a tree whose branches were all accepted as equals
+                // (e.g. written locally); with markConflict the first-arrived branch stays
+                // current by design, which differs per peer until resolved.
+                _ = try tree.insertHistory(revID: histories[i].0, history: histories[i].1, body: body("{}"), deleted: false,
+                                           hasAttachments: false, allowConflict: true, markConflict: false)
+            }
+            #expect(tree.validate().isEmpty)
+            winners.insert(try #require(tree.winner).revID)
+            leafSets.insert(Set(tree.leafIndices.map { tree[$0].revID }))
+        }
+        #expect(winners == [.t(4, "d3")])
+        #expect(leafSets.count == 1)
+    }
+
+    @Test func pruningKeepsLeavesAndRecentGenerations() throws {
+        var tree = RevTree()
+        var last: Int? = nil
+        for i in 0..<30 { last = tree.addLocal(parent: last, body: body(#"{"i":\#(i)}"#), deleted: false, hasAttachments: false) }
+        // A conflicting branch forking at generation 5.
+        let fork = tree.nodes.firstIndex { $0.revID.generation == 5 }!
+        let branch = try tree.insertHistory(revID: .t(6, "ee"), history: [tree[fork].revID], body: body("{}"), deleted: false,
+                                            hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(tree[branch.index].isConflict)
+        let leavesBefore = Set(tree.leafIndices.map { tree[$0].revID })
+        tree.prune(maxDepth: 10)
+        let leavesAfter = Set(tree.leafIndices.map { tree[$0].revID })
+        #expect(leavesBefore == leavesAfter)
+        #expect(tree.validate().isEmpty)
+        // Main branch: generations 21…30 kept; the short branch keeps 6-ee and its ancestors up to depth 10.
+        let main = tree.nodes.filter { !$0.isConflict }.map(\.revID.generation)
+        #expect(Set(main) == Set(1...5).union(21...30), "generations kept: \(main.sorted())")
+        #expect(tree.nodes.allSatisfy { node in
+            node.isLeaf || tree.nodes.contains { $0.isLeaf && $0.revID.generation - node.revID.generation < 10 }
+        })
+        #expect(tree.winner?.revID.generation == 30)
+    }
+
+    @Test func pruneDepthOnAChain() {
+        var tree = RevTree()
+        var last: Int? = nil
+        for i in 0..<25 { last = tree.addLocal(parent: last, body: body(#"{"i":\#(i)}"#), deleted: false, hasAttachments: false) }
+        tree.prune(maxDepth: 20)
+        #expect(tree.nodes.count == 20)
+        #expect(tree.nodes.map(\.revID.generation).min() == 6)
+        #expect(tree.nodes.filter { $0.parent == nil }.count == 1)
+        #expect(tree.validate().isEmpty)
+    }
+
+    @Test func oldBodiesAreDropped() {
+        var tree = RevTree()
+        var last: Int? = nil
+        for i in 0..<5 { last = tree.addLocal(parent: last, body: body(#"{"i":\#(i)}"#), deleted: false, hasAttachments: false) }
+        tree.setKeepBody(0, true)
+        tree.dropOldBodies(ancestorDepth: 1)
+        let withBodies = tree.nodes.filter { $0.body != nil }.map(\.revID.generation).sorted()
+        #expect(withBodies == [1, 4, 5])
+    }
+
+    @Test func purgeBranchRemovesOnlyTheLosingBranch() throws {
+        var tree = RevTree()
+        _ = try tree.insertHistory(revID: .t(3, "c"), history: [.t(2, "b"), .t(1, "a")], body: body("{}"), deleted: false,
+                                   hasAttachments: false, allowConflict: true, markConflict: true)
+        let loser = try tree.insertHistory(revID: .t(3, "z"), history: [.t(2, "y"), .t(1, "a")], body: body("{}"), deleted: false,
+                                           hasAttachments: false, allowConflict: true, markConflict: true)
+        #expect(tree.nodes.count == 5 && tree.hasConflict)
+        tree.purgeBranch(leaf: loser.index)
+        #expect(Set(tree.nodes.map(\.revID)) == [.t(1, "a"), .t(2, "b"), .t(3, "c")])
+        #expect(!tree.hasConflict && tree.validate().isEmpty)
+    }
+
+    @Test func historyMustBeConsecutive() {
+        var tree = RevTree()
+        #expect(throws: PeerSyncError.self) {
+            try tree.insertHistory(revID: .t(3, "c"), history: [.t(1, "a")], body: body("{}"), deleted: false,
+                                   hasAttachments: false, allowConflict: true, markConflict: true)
+        }
+        #expect(tree.isEmpty)
+    }
+
+    @Test func encodingRoundTrips() throws {
+        var tree = RevTree()
+        _ = try tree.insertHistory(revID: .t(3, "c"), history: [.t(2, "b"), .t(1, "a")], body: body(#"{"w":1}"#),
+                                   deleted: false, hasAttachments: true, allowConflict: true, markConflict: true)
+        _ = try tree.insertHistory(revID: .t(2, "z"), history: [.t(1, "a")], body: body(#"{"c":1}"#), deleted: true,
+                                   hasAttachments: false, allowConflict: true, markConflict: true)
+        let encoded = tree.encode()
+        let decoded = try RevTree.decode(encoded, winnerBody: body(#"{"w":1}"#))
+        #expect(decoded == tree)
+        // Every truncation and a few corruptions fail with .corrupt, never trap.
+        for length in 0..<encoded.count {
+            #expect(throws: PeerSyncError.self) { try RevTree.decode(Array(encoded.prefix(length)), winnerBody: []) }
+        }
+        var bad = encoded
+        bad[0] = 9
+        #expect(throws: PeerSyncError.self) { try RevTree.decode(bad, winnerBody: []) }
+        for i in encoded.indices {
+            var flipped = encoded
+            flipped[i] ^= 0xFF
+            _ = try? RevTree.decode(flipped, winnerBody: [])  // must not crash
+        }
+    }
+}
+
+private func permutations(_ items: [Int]) -> [[Int]] {
+    guard items.count > 1 else { return [items] }
+    var out: [[Int]] = []
+    for (i, item) in items.enumerated() {
+        var rest = items
+        rest.remove(at: i)
+        for p in permutations(rest) { out.append([item] + p) }
+    }
+    return out
+}

@@ -1,0 +1,507 @@
+internal import CLMDB
+import Foundation
+import PeerSyncCore
+import PeerSyncStorage
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+let log = Logger(.database)
+
+/// Owns one `MDB_env*`, closed in `deinit` (or earlier by ``close()``).
+///
+/// `@unchecked Sendable`: `pointer` is set in `init` and cleared only by ``close()``, which
+/// ``LMDBEnvironment`` calls while holding its ``WriterLock`` and its ``TransactionGate``
+/// exclusively; every other use of the pointer holds the gate shared or the writer lock.
+final class EnvHandle: @unchecked Sendable {
+    private(set) var pointer: OpaquePointer?
+
+    init() throws(PeerSyncError) {
+        var env: OpaquePointer?
+        try check(mdb_env_create(&env), "mdb_env_create")
+        pointer = env
+    }
+
+    func close() {
+        if let env = pointer {
+            mdb_env_close(env)
+            pointer = nil
+        }
+    }
+
+    deinit { close() }
+}
+
+/// Names and layout of the PeerSync LMDB format.
+enum Layout {
+    /// Current format version stored under ``MetaKey/format``.
+    static let formatVersion: UInt32 = 1
+    static let recordsDB = "records"
+    static let sequencesDB = "sequences"
+    static let metaDB = "meta"
+    /// Our cross-process writer lock file (LMDB's own files are `data.mdb` and `lock.mdb`).
+    static let writerLockFile = "peersync-writer.lock"
+    static let dataFile = "data.mdb"
+
+    /// Keys of the meta DB.
+    enum MetaKey {
+        /// `UInt32` LE: the format version.
+        static let format: UInt8 = 0x01
+        /// `UInt32` LE: the next keyspace ID to hand out (IDs are never reused).
+        static let nextKeyspaceID: UInt8 = 0x02
+        /// Followed by the keyspace name's UTF-8: the keyspace's ``KeyspaceState`` (28 bytes).
+        static let keyspace: UInt8 = 0x10
+    }
+
+    static let defaultMapSize = 64 << 20
+    static let minimumMapSize = 1 << 20
+    static let maximumMapSize = 1 << 40
+    /// LMDB's compile-time key limit (`MDB_MAXKEYSIZE`, 511 in Debian's build).
+    static let maxLMDBKeySize = 511
+    /// Record keys are stored behind a 4-byte keyspace ID.
+    static var maxRecordKeySize: Int { maxLMDBKeySize - 4 }
+    /// Keyspace names are stored behind one tag byte in the meta DB.
+    static var maxKeyspaceNameSize: Int { maxLMDBKeySize - 1 }
+}
+
+/// One open LMDB environment, shared by every ``LMDBStorage`` of this process that opened the
+/// same directory (LMDB forbids opening one environment twice in a process: its POSIX locks
+/// would be dropped when either copy closes). See ``EnvironmentRegistry``.
+///
+/// Locking: ``writerLock`` (in-process writers) → ``fileLock`` (cross-process writers) →
+/// ``gate`` (shared by every transaction, exclusive for map resizes and close), always in that
+/// order. `@unchecked Sendable`: `noSync` is only touched with ``writerLock`` held; `failure`
+/// is written with ``gate`` held exclusively and read with it held shared; the rest is
+/// immutable after `init`.
+final class LMDBEnvironment: @unchecked Sendable {
+    let directory: String
+    let handle: EnvHandle
+    let records: MDB_dbi
+    let sequences: MDB_dbi
+    let meta: MDB_dbi
+    let pageSize: Int
+    let gate = TransactionGate()
+    let writerLock = WriterLock()
+    let fileLock: FileLock
+    private var noSync: Bool
+    /// Set when the map could not be remapped: the environment cannot be used any more.
+    private var failure: PeerSyncError?
+
+    /// Opens (or creates) the environment in `directory`, which must exist. Independent of
+    /// the registry: two instances on one directory in one process are only for tests.
+    init(directory: String, options: StorageOptions) throws(PeerSyncError) {
+        self.directory = directory
+        let dataPath = directory + "/" + Layout.dataFile
+        if !options.create, access(dataPath, F_OK) != 0 {
+            throw PeerSyncError(.notFound, "no LMDB store in this directory and `create` is false",
+                                context: ["directory": directory])
+        }
+        let deadline = Deadline(options.busyTimeout)
+        let fileLock = try FileLock(path: directory + "/" + Layout.writerLockFile)
+        // Hold the writer lock while validating, opening and creating the DBs, so that a store
+        // being created by another process is never seen half-initialized.
+        try fileLock.lock(deadline, directory: directory)
+        defer { fileLock.unlock() }
+
+        let existing = try DataFileCheck.validate(path: dataPath)
+        if existing == nil, !options.create {
+            throw PeerSyncError(.notFound, "no LMDB store in this directory and `create` is false",
+                                context: ["directory": directory])
+        }
+        let handle = try EnvHandle()
+        guard let env = handle.pointer else { throw PeerSyncError(.internalError, "mdb_env_create returned no handle") }
+        let ctx = ["directory": directory]
+        try check(mdb_env_set_maxdbs(env, 4), "mdb_env_set_maxdbs", ctx)
+        try check(mdb_env_set_maxreaders(env, 254), "mdb_env_set_maxreaders", ctx)
+        let osPage = Int(sysconf(Int32(_SC_PAGESIZE)))
+        var mapSize = options.initialSize > 0 ? options.initialSize : Layout.defaultMapSize
+        mapSize = max(mapSize, Layout.minimumMapSize)
+        if let existing {
+            // Adopt the size another process already grew the map to (if sane), and never
+            // map less than the file uses.
+            let recorded = Int(clamping: min(existing.mapSize, UInt64(Layout.maximumMapSize)))
+            mapSize = max(mapSize, recorded, Int(clamping: existing.usedBytes))
+        }
+        mapSize = min(Self.roundUp(mapSize, to: osPage), Layout.maximumMapSize)
+        try check(mdb_env_set_mapsize(env, mapSize), "mdb_env_set_mapsize", ctx)
+        var flags = UInt32(MDB_NOTLS)
+        if !options.durable { flags |= UInt32(MDB_NOSYNC) }
+        try check(mdb_env_open(env, directory, flags, 0o644), "mdb_env_open", ctx)
+        var dead: Int32 = 0
+        try check(mdb_reader_check(env, &dead), "mdb_reader_check", ctx)
+
+        var stat = MDB_stat()
+        try check(mdb_env_stat(env, &stat), "mdb_env_stat", ctx)
+        let dbis = try Self.openDatabases(env, directory: directory, create: options.create)
+
+        self.handle = handle
+        self.fileLock = fileLock
+        self.records = dbis.records
+        self.sequences = dbis.sequences
+        self.meta = dbis.meta
+        self.pageSize = Int(stat.ms_psize)
+        self.noSync = !options.durable
+    }
+
+    /// Opens the three named DBs in one write transaction (creating them in a new store) and
+    /// checks the format version. A store whose main DB holds other names is not ours.
+    private static func openDatabases(_ env: OpaquePointer, directory: String,
+                                      create: Bool) throws(PeerSyncError) -> (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi) {
+        let ctx = ["directory": directory]
+        for _ in 0..<8 {
+            var txnPtr: OpaquePointer?
+            let rc = mdb_txn_begin(env, nil, 0, &txnPtr)
+            if rc == MDB_MAP_RESIZED {
+                try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize", ctx)
+                continue
+            }
+            try check(rc, "mdb_txn_begin", ctx)
+            guard let txn = txnPtr else { throw PeerSyncError(.internalError, "mdb_txn_begin returned no transaction") }
+            var committed = false
+            defer { if !committed { mdb_txn_abort(txn) } }
+
+            var metaDBI: MDB_dbi = 0
+            let metaRC = mdb_dbi_open(txn, Layout.metaDB, 0, &metaDBI)
+            var recordsDBI: MDB_dbi = 0
+            var sequencesDBI: MDB_dbi = 0
+            if metaRC == MDB_NOTFOUND {
+                var mainDBI: MDB_dbi = 0
+                try check(mdb_dbi_open(txn, nil, 0, &mainDBI), "mdb_dbi_open(main)", ctx)
+                var stat = MDB_stat()
+                try check(mdb_stat(txn, mainDBI, &stat), "mdb_stat(main)", ctx)
+                if stat.ms_entries > 0 {
+                    throw PeerSyncError(.corrupt, "data.mdb is an LMDB environment of another application, not a PeerSync store",
+                                        context: ctx)
+                }
+                let createFlag = UInt32(MDB_CREATE)
+                try check(mdb_dbi_open(txn, Layout.metaDB, createFlag, &metaDBI), "mdb_dbi_open(meta)", ctx)
+                try check(mdb_dbi_open(txn, Layout.recordsDB, createFlag, &recordsDBI), "mdb_dbi_open(records)", ctx)
+                try check(mdb_dbi_open(txn, Layout.sequencesDB, createFlag, &sequencesDBI), "mdb_dbi_open(sequences)", ctx)
+                try putMetaU32(txn, metaDBI, key: Layout.MetaKey.format, value: Layout.formatVersion, ctx)
+                try putMetaU32(txn, metaDBI, key: Layout.MetaKey.nextKeyspaceID, value: 1, ctx)
+            } else {
+                try check(metaRC, "mdb_dbi_open(meta)", ctx)
+                let version = try getMetaU32(txn, metaDBI, key: Layout.MetaKey.format, ctx)
+                guard version == Layout.formatVersion else {
+                    throw PeerSyncError(.corrupt, "unsupported PeerSync LMDB format version \(version.map(String.init) ?? "none")",
+                                        context: ctx)
+                }
+                for (name, target) in [(Layout.recordsDB, 0), (Layout.sequencesDB, 1)] {
+                    var dbi: MDB_dbi = 0
+                    let rc = mdb_dbi_open(txn, name, 0, &dbi)
+                    if rc == MDB_NOTFOUND {
+                        throw PeerSyncError(.corrupt, "the PeerSync store lacks its `\(name)` database", context: ctx)
+                    }
+                    try check(rc, "mdb_dbi_open(\(name))", ctx)
+                    if target == 0 { recordsDBI = dbi } else { sequencesDBI = dbi }
+                }
+            }
+            let commitRC = mdb_txn_commit(txn)
+            committed = true
+            if commitRC == MDB_MAP_FULL {
+                throw PeerSyncError(.tooLarge, "the LMDB map is too small to create the store", context: ctx)
+            }
+            try check(commitRC, "mdb_txn_commit", ctx)
+            return (recordsDBI, sequencesDBI, metaDBI)
+        }
+        throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ctx)
+    }
+
+    private static func putMetaU32(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: UInt8, value: UInt32,
+                                   _ ctx: [String: String]) throws(PeerSyncError) {
+        var k = key
+        var v = value.littleEndian
+        var rc: Int32 = 0
+        withUnsafeMutableBytes(of: &k) { kb in
+            withUnsafeMutableBytes(of: &v) { vb in
+                var keyVal = MDB_val(mv_size: 1, mv_data: kb.baseAddress)
+                var dataVal = MDB_val(mv_size: 4, mv_data: vb.baseAddress)
+                rc = mdb_put(txn, dbi, &keyVal, &dataVal, 0)
+            }
+        }
+        try check(rc, "mdb_put(meta)", ctx)
+    }
+
+    static func getMetaU32(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: UInt8,
+                           _ ctx: [String: String]) throws(PeerSyncError) -> UInt32? {
+        var k = key
+        var dataVal = MDB_val()
+        let rc = withUnsafeMutableBytes(of: &k) { kb in
+            var keyVal = MDB_val(mv_size: 1, mv_data: kb.baseAddress)
+            return mdb_get(txn, dbi, &keyVal, &dataVal)
+        }
+        if rc == MDB_NOTFOUND { return nil }
+        try check(rc, "mdb_get(meta)", ctx)
+        guard dataVal.mv_size == 4, let p = dataVal.mv_data else {
+            throw PeerSyncError(.corrupt, "malformed meta entry \(key)", context: ctx)
+        }
+        return UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))
+    }
+
+    static func roundUp(_ value: Int, to unit: Int) -> Int {
+        (value + unit - 1) / unit * unit
+    }
+
+    // MARK: Transactions
+
+    /// Begins a read-only transaction. On success the gate is held shared: pair with
+    /// ``endRead(_:)``. Adopts a map grown by another process (`MDB_MAP_RESIZED`).
+    func beginRead(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
+        for _ in 0..<100 {
+            let env = try lockSharedUsable(deadline)
+            var txn: OpaquePointer?
+            let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
+            if rc == MDB_SUCCESS, let txn { return txn }
+            gate.unlockShared()
+            if rc == MDB_MAP_RESIZED {
+                try adoptMapSize(deadline)
+                continue
+            }
+            try check(rc, "mdb_txn_begin (read)", ["directory": directory])
+        }
+        throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
+    }
+
+    func endRead(_ txn: OpaquePointer) {
+        mdb_txn_abort(txn)
+        gate.unlockShared()
+    }
+
+    /// Begins the write transaction. The caller holds ``writerLock`` and ``fileLock``; on
+    /// success the gate is held shared (released by ``endWrite(_:commit:)``). Grows the map
+    /// first when it is more than 3/4 used, so that most transactions never hit `MDB_MAP_FULL`.
+    func beginWrite(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
+        var grewAhead = false
+        for _ in 0..<100 {
+            let env = try lockSharedUsable(deadline)
+            if !grewAhead {
+                var info = MDB_envinfo()
+                mdb_env_info(env, &info)
+                let used = (info.me_last_pgno + 1) * pageSize
+                if used > info.me_mapsize / 4 * 3 {
+                    // Grow ahead only if no reader of this process is in the way right now:
+                    // the transaction may well fit, and `MDB_MAP_FULL` is handled anyway.
+                    gate.unlockShared()
+                    grewAhead = true
+                    do {
+                        try growMap(observedSize: info.me_mapsize, pendingBytes: 0, Deadline(.zero))
+                    } catch where error.code == .busy {
+                        log.debug("LMDB: readers active, not growing the map of \(directory) ahead of time")
+                    }
+                    continue
+                }
+            }
+            var txn: OpaquePointer?
+            let rc = mdb_txn_begin(env, nil, 0, &txn)
+            if rc == MDB_SUCCESS, let txn { return txn }
+            gate.unlockShared()
+            if rc == MDB_MAP_RESIZED {
+                try adoptMapSize(deadline)
+                continue
+            }
+            try check(rc, "mdb_txn_begin (write)", ["directory": directory])
+        }
+        throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
+    }
+
+    /// Commits (or aborts) the write transaction and releases the gate. The transaction handle
+    /// is invalid afterwards either way. Returns LMDB's code (`MDB_MAP_FULL` is the caller's).
+    @discardableResult
+    func endWrite(_ txn: OpaquePointer, commit: Bool) -> Int32 {
+        defer { gate.unlockShared() }
+        if commit { return mdb_txn_commit(txn) }
+        mdb_txn_abort(txn)
+        return MDB_SUCCESS
+    }
+
+    /// Takes the gate shared and returns the environment if it is open and usable.
+    private func lockSharedUsable(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
+        try gate.lockShared(deadline, directory: directory)
+        if let failure {
+            gate.unlockShared()
+            throw failure
+        }
+        guard let env = handle.pointer else {
+            gate.unlockShared()
+            throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
+        }
+        return env
+    }
+
+    // MARK: Map size
+
+    /// Sets the map size under the exclusive gate. The caller must not hold the gate.
+    private func setMapSize(_ size: Int, _ deadline: Deadline) throws(PeerSyncError) {
+        try gate.lockExclusive(deadline, directory: directory)
+        defer { gate.unlockExclusive() }
+        if let failure { throw failure }
+        guard let env = handle.pointer else {
+            throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
+        }
+        try setMapSizeLocked(env, size)
+    }
+
+    private func setMapSizeLocked(_ env: OpaquePointer, _ size: Int) throws(PeerSyncError) {
+        let rc = mdb_env_set_mapsize(env, size)
+        if rc != MDB_SUCCESS {
+            // LMDB unmapped the old map before failing to map the new one: the environment
+            // cannot be used any more.
+            let error = lmdbError(rc, "mdb_env_set_mapsize(\(size))", ["directory": directory])
+            failure = PeerSyncError(.storage, "the LMDB map could not be remapped; close and reopen the store (\(error.message))",
+                                    context: error.context)
+            throw error
+        }
+    }
+
+    /// Adopts the map size another process grew the map to (`MDB_MAP_RESIZED`).
+    func adoptMapSize(_ deadline: Deadline) throws(PeerSyncError) {
+        try setMapSize(0, deadline)
+    }
+
+    /// Grows the map after `MDB_MAP_FULL`: at least doubles it, and adds twice the bytes the
+    /// failed transaction had written. Nothing to do if the map already grew past
+    /// `observedSize`. Throws `.tooLarge` beyond ``Layout/maximumMapSize``.
+    func growMap(observedSize: Int, pendingBytes: Int, _ deadline: Deadline) throws(PeerSyncError) {
+        try gate.lockExclusive(deadline, directory: directory)
+        defer { gate.unlockExclusive() }
+        if let failure { throw failure }
+        guard let env = handle.pointer else {
+            throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
+        }
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        let current = info.me_mapsize
+        if current > observedSize { return }
+        guard current < Layout.maximumMapSize else {
+            throw PeerSyncError(.tooLarge, "the LMDB map reached its maximum size of \(Layout.maximumMapSize) bytes",
+                                context: ["directory": directory])
+        }
+        let (doubled, overflow) = current.multipliedReportingOverflow(by: 2)
+        var target = overflow ? Layout.maximumMapSize : doubled
+        let (withPending, overflow2) = current.addingReportingOverflow(pendingBytes.multipliedReportingOverflow(by: 2).partialValue)
+        if !overflow2 { target = max(target, withPending) }
+        target = min(Self.roundUp(target, to: 1 << 20), Layout.maximumMapSize)
+        log.verbose("LMDB: growing the map of \(directory) from \(current) to \(target) bytes")
+        try setMapSizeLocked(env, target)
+    }
+
+    /// Current map size (bytes), for tests and diagnostics.
+    func mapSize() throws(PeerSyncError) -> Int {
+        let env = try lockSharedUsable(Deadline(.seconds(10)))
+        defer { gate.unlockShared() }
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        return info.me_mapsize
+    }
+
+    // MARK: Durability
+
+    /// Makes the next commit durable or not. The caller holds ``writerLock``.
+    func setDurable(_ durable: Bool) throws(PeerSyncError) {
+        guard noSync == durable, let env = handle.pointer else { return }
+        try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC), durable ? 0 : 1), "mdb_env_set_flags",
+                  ["directory": directory])
+        noSync = !durable
+    }
+
+    // MARK: Closing
+
+    /// Closes the environment once no transaction of this process runs. Idempotent.
+    func close(_ deadline: Deadline) throws(PeerSyncError) {
+        try writerLock.acquire(deadline, directory: directory)
+        defer { writerLock.release() }
+        try gate.lockExclusive(deadline, directory: directory)
+        defer { gate.unlockExclusive() }
+        handle.close()
+        fileLock.close()
+    }
+}
+
+/// Process-wide table of open environments, keyed by the directory's device and inode, so
+/// that every ``LMDBStorage`` on one directory shares one `MDB_env` (reference-counted).
+///
+/// `@unchecked Sendable`: `entries` is only touched with `lock` held.
+final class EnvironmentRegistry: @unchecked Sendable {
+    static let shared = EnvironmentRegistry()
+
+    private struct DirectoryID: Hashable {
+        let device: UInt64
+        let inode: UInt64
+    }
+
+    private final class Entry {
+        let environment: LMDBEnvironment
+        var references = 1
+        init(_ environment: LMDBEnvironment) { self.environment = environment }
+    }
+
+    private let lock = NSLock()
+    private var entries: [DirectoryID: Entry] = [:]
+
+    func acquire(directory: String, options: StorageOptions) throws(PeerSyncError) -> LMDBEnvironment {
+        guard !directory.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "the store directory must not be empty")
+        }
+        if options.create {
+            do {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            } catch {
+                throw PeerSyncError(.io, "cannot create the store directory: \(error.localizedDescription)",
+                                    context: ["directory": directory])
+            }
+        }
+        var st = stat()
+        if stat(directory, &st) != 0 {
+            let err = errno
+            if err == ENOENT {
+                throw PeerSyncError(.notFound, "the store directory does not exist and `create` is false",
+                                    context: ["directory": directory])
+            }
+            try check(err, "stat store directory", ["directory": directory])
+        }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else {
+            throw PeerSyncError(.invalidArgument, "the store path is not a directory", context: ["directory": directory])
+        }
+        let id = DirectoryID(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+        lock.lock()
+        defer { lock.unlock() }
+        if let entry = entries[id] {
+            entry.references += 1
+            return entry.environment
+        }
+        let environment = try LMDBEnvironment(directory: directory, options: options)
+        entries[id] = Entry(environment)
+        return environment
+    }
+
+    /// Drops one reference; the last one closes the environment (waiting, up to `deadline`,
+    /// for this process's transactions on it to end).
+    func release(_ environment: LMDBEnvironment, _ deadline: Deadline) throws(PeerSyncError) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let (id, entry) = entries.first(where: { $0.value.environment === environment }) else { return }
+        entry.references -= 1
+        guard entry.references == 0 else { return }
+        do {
+            try environment.close(deadline)
+        } catch {
+            // Still open (a transaction outlived the deadline): keep it registered, so that a
+            // new open of this directory reuses it instead of opening LMDB a second time.
+            throw error
+        }
+        entries[id] = nil
+    }
+
+    /// Whether this process has the store in `directory` open (for tests).
+    func isOpen(_ directory: String) -> Bool {
+        var st = stat()
+        guard stat(directory, &st) == 0 else { return false }
+        let id = DirectoryID(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+        lock.lock()
+        defer { lock.unlock() }
+        return entries[id] != nil
+    }
+}

@@ -1,0 +1,62 @@
+internal import CLMDB
+import PeerSyncCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension PeerSyncError.Code {
+    /// Internal signal: LMDB's map is full (`MDB_MAP_FULL`). The write path grows the map and
+    /// replays the transaction; this code never reaches a caller.
+    static let lmdbMapFull = Self(rawValue: "lmdb.mapFull")
+    /// Internal signal: another process grew the map (`MDB_MAP_RESIZED`). Transaction begin
+    /// adopts the new size and retries; this code never reaches a caller.
+    static let lmdbMapResized = Self(rawValue: "lmdb.mapResized")
+}
+
+/// The one checking function for C return codes: returns on `0` (`MDB_SUCCESS`), otherwise
+/// throws the ``PeerSyncError`` that ``lmdbError(_:_:_:)`` builds. System calls made by this
+/// module (`open`, `pread`, `flock`, ...) pass their `errno` through it too: LMDB's error space
+/// includes errno values and `mdb_strerror` describes both.
+@inline(__always)
+func check(_ rc: Int32, _ operation: @autoclosure () -> String,
+           _ context: @autoclosure () -> [String: String] = [:]) throws(PeerSyncError) {
+    if rc == MDB_SUCCESS { return }
+    throw lmdbError(rc, operation(), context())
+}
+
+/// Maps an LMDB (or errno) return code to a typed error: the text is `mdb_strerror`'s, the
+/// context names the operation and the raw code.
+///
+/// `MDB_CORRUPTED`, `MDB_INVALID`, `MDB_VERSION_MISMATCH`, `MDB_PAGE_NOTFOUND`,
+/// `MDB_INCOMPATIBLE` → `.corrupt`; `MDB_READERS_FULL`, `EBUSY`, `EAGAIN` → `.busy`;
+/// `MDB_BAD_VALSIZE`, `MDB_TXN_FULL` → `.tooLarge`; `MDB_NOTFOUND`, `ENOENT` → `.notFound`;
+/// other system errors → `.io`; other LMDB errors → `.storage`.
+func lmdbError(_ rc: Int32, _ operation: String, _ context: [String: String] = [:]) -> PeerSyncError {
+    let text: String
+    if let cText = mdb_strerror(rc) {
+        text = String(cString: cText)
+    } else {
+        text = "LMDB error \(rc)"
+    }
+    let code: PeerSyncError.Code
+    switch rc {
+    case MDB_MAP_FULL: code = .lmdbMapFull
+    case MDB_MAP_RESIZED: code = .lmdbMapResized
+    case MDB_NOTFOUND, ENOENT: code = .notFound
+    case MDB_CORRUPTED, MDB_INVALID, MDB_VERSION_MISMATCH, MDB_PAGE_NOTFOUND, MDB_INCOMPATIBLE:
+        code = .corrupt
+    case MDB_READERS_FULL, EBUSY, EAGAIN: code = .busy
+    case MDB_BAD_VALSIZE, MDB_TXN_FULL: code = .tooLarge
+    case MDB_BAD_TXN, MDB_BAD_DBI, MDB_BAD_RSLOT, EINVAL: code = .internalError
+    case ENOMEM, MDB_PANIC, MDB_DBS_FULL, MDB_CURSOR_FULL, MDB_PAGE_FULL, MDB_TLS_FULL, MDB_KEYEXIST:
+        code = .storage
+    default: code = rc > 0 ? .io : .storage
+    }
+    var ctx = context
+    ctx["operation"] = operation
+    ctx["lmdbCode"] = String(rc)
+    return PeerSyncError(code, "\(operation): \(text)", context: ctx)
+}

@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncLMDB is written; replaced by the package's sources.

@@ -1,1 +1,0 @@
-// Placeholder until PeerSync is written; replaced by the package's sources.

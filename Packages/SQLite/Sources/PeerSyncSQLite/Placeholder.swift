@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncSQLite is written; replaced by the package's sources.

@@ -1,0 +1,341 @@
+import Foundation
+import PeerSyncCore
+import Synchronization
+
+/// The in-memory storage backend (name `"memory"`): for tests, caches and throw-away
+/// databases.
+///
+/// - Data lives in this process only. Stores opened with the same `directory` string (after
+///   standardizing the path) share their data through a process-wide registry, so a store
+///   that is closed and opened again still holds its records until
+///   ``removeStore(in:)`` is called or the process ends. Nothing is written to disk and the
+///   directory is never created.
+/// - It is **not** multi-process: another process opening the same directory sees a
+///   different, empty store. The conformance suite skips its multi-process cases for it
+///   (`StorageConformanceSuite.Capabilities(multiProcess: false)`).
+/// - Snapshots are O(1): every keyspace is a persistent (structurally shared) sorted tree,
+///   so a reader keeps the tree it started with while writers build new versions.
+/// - ``StorageOptions/durable`` and ``StorageOptions/initialSize`` are ignored;
+///   ``StorageOptions/busyTimeout`` bounds the wait for the write lock (then `.busy`).
+/// - Opening with `create: false` a directory that has no store throws `.notFound`.
+public struct MemoryStorageBackend: StorageBackend {
+    public init() {}
+
+    public var name: String { "memory" }
+
+    public func open(directory: String, options: StorageOptions = StorageOptions()) throws -> any Storage {
+        try openMemory(directory: directory, options: options)
+    }
+
+    /// Like ``open(directory:options:)`` but returns the concrete type.
+    public func openMemory(directory: String, options: StorageOptions = StorageOptions()) throws -> MemoryStorage {
+        let key = try MemoryStoreRegistry.key(for: directory)
+        let shared: SharedMemoryStore? = MemoryStoreRegistry.stores.withLock { stores in
+            if let existing = stores[key] { return existing }
+            guard options.create else { return nil }
+            let created = SharedMemoryStore()
+            stores[key] = created
+            return created
+        }
+        guard let shared else {
+            throw PeerSyncError(.notFound, "no in-memory store in this directory and `create` is false",
+                                context: ["directory": directory, "backend": name])
+        }
+        return MemoryStorage(shared: shared, directory: directory, options: options)
+    }
+
+    public func hasStore(in directory: String) -> Bool {
+        guard let key = try? MemoryStoreRegistry.key(for: directory) else { return false }
+        return MemoryStoreRegistry.stores.withLock { $0[key] != nil }
+    }
+
+    /// Forgets the data of the store in `directory` (the in-memory equivalent of deleting
+    /// its files). Handles that are still open keep working on the old data privately; the
+    /// next ``open(directory:options:)`` starts empty. Does nothing if there is no store.
+    public func removeStore(in directory: String) {
+        guard let key = try? MemoryStoreRegistry.key(for: directory) else { return }
+        _ = MemoryStoreRegistry.stores.withLock { $0.removeValue(forKey: key) }
+    }
+}
+
+/// Process-wide map from standardized directory path to shared store data.
+enum MemoryStoreRegistry {
+    static let stores = Mutex<[String: SharedMemoryStore]>([:])
+
+    static func key(for directory: String) throws -> String {
+        guard !directory.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "the store directory must not be empty")
+        }
+        return URL(fileURLWithPath: directory).standardizedFileURL.path
+    }
+}
+
+/// The data shared by every handle opened on one directory.
+final class SharedMemoryStore: Sendable {
+    /// The last committed state. Readers copy it (O(1)); the one writer replaces it on commit.
+    let committed = Mutex(StoreData())
+    /// Serializes writers.
+    let writeLock = WriteLock()
+}
+
+/// A write lock with a timeout and detection of nested transactions on one thread.
+///
+/// `@unchecked Sendable`: `owner` is only read and written while `condition` is locked.
+final class WriteLock: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var owner: pthread_t?
+
+    func acquire(timeout: Duration) throws {
+        let me = pthread_self()
+        condition.lock()
+        defer { condition.unlock() }
+        if let owner, pthread_equal(owner, me) != 0 {
+            throw PeerSyncError(.storage, "write transactions do not nest: this thread is already in one")
+        }
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) * 1e-18
+        let deadline = Date(timeIntervalSinceNow: max(0, seconds))
+        while owner != nil {
+            if !condition.wait(until: deadline), owner != nil {
+                throw PeerSyncError(.busy, "another writer held the in-memory store longer than busyTimeout",
+                                    context: ["busyTimeout": "\(timeout)"])
+            }
+        }
+        owner = me
+    }
+
+    func release() {
+        condition.lock()
+        owner = nil
+        condition.signal()
+        condition.unlock()
+    }
+}
+
+/// An open in-memory store. Thread-safe; every method runs on the calling thread and only
+/// blocks to wait for another writer (bounded by ``StorageOptions/busyTimeout``).
+public final class MemoryStorage: Storage {
+    public var backendName: String { "memory" }
+    public let directory: String
+    public let options: StorageOptions
+    private let shared: SharedMemoryStore
+    private let isClosed = Mutex(false)
+
+    init(shared: SharedMemoryStore, directory: String, options: StorageOptions) {
+        self.shared = shared
+        self.directory = directory
+        self.options = options
+    }
+
+    private func checkOpen() throws {
+        if isClosed.withLock({ $0 }) {
+            throw PeerSyncError(.closed, "the store is closed", context: ["directory": directory])
+        }
+    }
+
+    public func read<R>(_ body: (any StorageReader) throws -> R) throws -> R {
+        try checkOpen()
+        let snapshot = shared.committed.withLock { $0 }
+        return try body(MemoryReader(data: snapshot))
+    }
+
+    @discardableResult
+    public func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
+        try checkOpen()
+        try shared.writeLock.acquire(timeout: options.busyTimeout)
+        defer { shared.writeLock.release() }
+        try checkOpen()
+        let writer = MemoryWriter(data: shared.committed.withLock { $0 })
+        defer { writer.isFinished = true }
+        let result = try body(writer)
+        let newData = writer.data
+        shared.committed.withLock { $0 = newData }
+        return result
+    }
+
+    public func close() throws {
+        isClosed.withLock { $0 = true }
+    }
+}
+
+// MARK: - Data
+
+/// One keyspace: records by key, the sequence index, the sequence counter.
+struct KeyspaceData: Sendable {
+    var records = PersistentSortedMap<ByteKey, Record>()
+    /// Latest sequence of every record → its key. Replaced and purged sequences are removed.
+    var bySequence = PersistentSortedMap<UInt64, ByteKey>()
+    var lastSequence: UInt64 = 0
+    var deletedCount = 0
+}
+
+/// A whole store: keyspaces by name (byte order, so `keyspaces()` comes out sorted).
+struct StoreData: Sendable {
+    var keyspaces = PersistentSortedMap<ByteKey, KeyspaceData>()
+
+    // MARK: Reading
+
+    func keyspaceNames() -> [String] {
+        var names: [String] = []
+        names.reserveCapacity(keyspaces.count)
+        keyspaces.forEach(from: nil, to: nil, upperInclusive: false, descending: false) { key, _ in
+            names.append(key.string)
+            return true
+        }
+        return names
+    }
+
+    func get(_ key: String, in keyspace: String) -> Record? {
+        keyspaces[ByteKey(keyspace)]?.records[ByteKey(key)]
+    }
+
+    func enumerate(in keyspace: String, range: KeyRange, descending: Bool,
+                   _ body: (Record) throws -> Bool) rethrows {
+        guard let ks = keyspaces[ByteKey(keyspace)] else { return }
+        let lower = range.lowerBound.map(ByteKey.init)
+        let upper = range.upperBound.map(ByteKey.init)
+        if let lower, let upper, upper < lower { return }
+        try ks.records.forEach(from: lower, to: upper, upperInclusive: range.includesUpperBound,
+                               descending: descending) { _, record in try body(record) }
+    }
+
+    func enumerate(in keyspace: String, since: UInt64, _ body: (Record) throws -> Bool) rethrows {
+        guard let ks = keyspaces[ByteKey(keyspace)], since < UInt64.max else { return }
+        try ks.bySequence.forEach(from: since + 1, to: nil, upperInclusive: false, descending: false) { _, key in
+            guard let record = ks.records[key] else { return true }  // unreachable: the indexes agree
+            return try body(record)
+        }
+    }
+
+    func count(in keyspace: String, includeDeleted: Bool) -> Int {
+        guard let ks = keyspaces[ByteKey(keyspace)] else { return 0 }
+        return includeDeleted ? ks.records.count : ks.records.count - ks.deletedCount
+    }
+
+    func lastSequence(in keyspace: String) -> UInt64 {
+        keyspaces[ByteKey(keyspace)]?.lastSequence ?? 0
+    }
+
+    // MARK: Writing
+
+    mutating func put(_ record: Record, in keyspace: String) throws -> UInt64 {
+        let name = ByteKey(keyspace)
+        var ks = keyspaces[name] ?? KeyspaceData()
+        guard ks.lastSequence < UInt64.max else {
+            throw PeerSyncError(.storage, "sequence numbers exhausted", context: ["keyspace": keyspace])
+        }
+        let key = ByteKey(record.key)
+        var stored = record
+        stored.sequence = ks.lastSequence + 1
+        ks.lastSequence = stored.sequence
+        if let old = ks.records.set(stored, for: key) {
+            ks.bySequence.remove(old.sequence)
+            if old.flags.contains(.deleted) { ks.deletedCount -= 1 }
+        }
+        if stored.flags.contains(.deleted) { ks.deletedCount += 1 }
+        ks.bySequence.set(key, for: stored.sequence)
+        keyspaces.set(ks, for: name)
+        return stored.sequence
+    }
+
+    mutating func delete(_ key: String, in keyspace: String) throws -> UInt64? {
+        guard var record = get(key, in: keyspace) else { return nil }
+        record.flags.insert(.deleted)
+        record.body = []
+        return try put(record, in: keyspace)
+    }
+
+    mutating func purge(_ key: String, in keyspace: String) -> Bool {
+        let name = ByteKey(keyspace)
+        guard var ks = keyspaces[name], let old = ks.records.remove(ByteKey(key)) else { return false }
+        ks.bySequence.remove(old.sequence)
+        if old.flags.contains(.deleted) { ks.deletedCount -= 1 }
+        keyspaces.set(ks, for: name)
+        return true
+    }
+
+    mutating func dropKeyspace(_ keyspace: String) {
+        keyspaces.remove(ByteKey(keyspace))
+    }
+}
+
+// MARK: - Reader and writer
+
+struct MemoryReader: StorageReader {
+    let data: StoreData
+
+    func keyspaces() throws -> [String] { data.keyspaceNames() }
+    func get(_ key: String, in keyspace: String) throws -> Record? { data.get(key, in: keyspace) }
+    func enumerate(in keyspace: String, range: KeyRange, descending: Bool,
+                   _ body: (Record) throws -> Bool) throws {
+        try data.enumerate(in: keyspace, range: range, descending: descending, body)
+    }
+    func enumerate(in keyspace: String, since: UInt64, _ body: (Record) throws -> Bool) throws {
+        try data.enumerate(in: keyspace, since: since, body)
+    }
+    func count(in keyspace: String, includeDeleted: Bool) throws -> Int {
+        data.count(in: keyspace, includeDeleted: includeDeleted)
+    }
+    func lastSequence(in keyspace: String) throws -> UInt64 { data.lastSequence(in: keyspace) }
+}
+
+/// The writer of one transaction: works on a private copy of the store, which becomes the
+/// committed state when the transaction's closure returns, and is dropped when it throws.
+final class MemoryWriter: StorageWriter {
+    var data: StoreData
+    /// Set when the transaction ended; a writer that escaped its closure then throws.
+    var isFinished = false
+
+    init(data: StoreData) { self.data = data }
+
+    private func checkActive() throws {
+        if isFinished {
+            throw PeerSyncError(.closed, "the write transaction has ended; a writer must not escape its closure")
+        }
+    }
+
+    func keyspaces() throws -> [String] { try checkActive(); return data.keyspaceNames() }
+    func get(_ key: String, in keyspace: String) throws -> Record? {
+        try checkActive()
+        return data.get(key, in: keyspace)
+    }
+    func enumerate(in keyspace: String, range: KeyRange, descending: Bool,
+                   _ body: (Record) throws -> Bool) throws {
+        try checkActive()
+        // Iterate over a copy (O(1)), so that `body` may write without disturbing the walk.
+        let snapshot = data
+        try snapshot.enumerate(in: keyspace, range: range, descending: descending, body)
+    }
+    func enumerate(in keyspace: String, since: UInt64, _ body: (Record) throws -> Bool) throws {
+        try checkActive()
+        let snapshot = data
+        try snapshot.enumerate(in: keyspace, since: since, body)
+    }
+    func count(in keyspace: String, includeDeleted: Bool) throws -> Int {
+        try checkActive()
+        return data.count(in: keyspace, includeDeleted: includeDeleted)
+    }
+    func lastSequence(in keyspace: String) throws -> UInt64 {
+        try checkActive()
+        return data.lastSequence(in: keyspace)
+    }
+
+    @discardableResult
+    func put(_ record: Record, in keyspace: String) throws -> UInt64 {
+        try checkActive()
+        return try data.put(record, in: keyspace)
+    }
+    @discardableResult
+    func delete(_ key: String, in keyspace: String) throws -> UInt64? {
+        try checkActive()
+        return try data.delete(key, in: keyspace)
+    }
+    @discardableResult
+    func purge(_ key: String, in keyspace: String) throws -> Bool {
+        try checkActive()
+        return data.purge(key, in: keyspace)
+    }
+    func dropKeyspace(_ keyspace: String) throws {
+        try checkActive()
+        data.dropKeyspace(keyspace)
+    }
+}

@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncStorageTesting is written; replaced by the package's sources.

@@ -1,0 +1,194 @@
+import Foundation
+import PeerSyncCore
+import PeerSyncStorage
+
+/// The one conformance suite every ``StorageBackend`` must pass: the in-memory, SQLite and
+/// LMDB backends, and any backend a user writes.
+///
+/// It has no dependency on a test framework: ``run(_:)`` throws a ``ConformanceFailure`` on
+/// the first failed check, so any harness (Swift Testing, XCTest, a plain executable) can
+/// drive it. Parameterize a test over ``caseNames(for:)``:
+///
+/// ```swift
+/// @Test(arguments: StorageConformanceSuite.caseNames(for: .init(multiProcess: false)))
+/// func conformance(_ name: String) async throws {
+///     try await StorageConformanceSuite(backend: MyBackend(), capabilities: .init(multiProcess: false))
+///         .run(name)
+/// }
+/// ```
+///
+/// Every case opens stores in a fresh temporary directory and removes it afterwards (plus
+/// ``removeStore`` for backends that keep data elsewhere). The blocking `Storage` calls run on
+/// threads the suite creates, never on Swift's cooperative pool.
+///
+/// Semantics the suite pins down where the `Storage` doc comments leave a choice:
+/// - a rolled-back transaction consumes no sequence numbers (the next commit gets
+///   `lastSequence + 1` of the last *committed* state);
+/// - deleting a tombstone is allowed: it stays a tombstone and gets a new sequence;
+/// - `delete` keeps the record's other flags;
+/// - dropping a keyspace that does not exist does nothing;
+/// - a keyspace whose records were all purged still exists and keeps its sequence counter;
+/// - keyspace names are arbitrary non-empty strings, compared by bytes (case-sensitive);
+/// - readers never block writers, and an open write transaction never blocks readers.
+public struct StorageConformanceSuite: Sendable {
+    /// What the backend under test supports.
+    public struct Capabilities: Sendable, Hashable {
+        /// Two processes can open the same directory at once and see each other's commits,
+        /// with writers serialized across them. Required for the multi-process cases.
+        public var multiProcess: Bool
+
+        public init(multiProcess: Bool) {
+            self.multiProcess = multiProcess
+        }
+    }
+
+    public let backend: any StorageBackend
+    public let capabilities: Capabilities
+    public let childLauncher: ChildProcessLauncher?
+    /// Called with every store directory a case used, after the case, to delete data a backend
+    /// keeps outside the directory (e.g. ``MemoryStorageBackend/removeStore(in:)``).
+    public let removeStore: (@Sendable (String) -> Void)?
+
+    /// - Parameters:
+    ///   - backend: the backend under test.
+    ///   - capabilities: what it supports; cases it cannot support are not applicable.
+    ///   - childLauncher: how to start a child process running ``StorageConformanceChild``
+    ///     with the same backend; the multi-process cases need it.
+    ///   - removeStore: see ``removeStore``.
+    public init(backend: any StorageBackend, capabilities: Capabilities,
+                childLauncher: ChildProcessLauncher? = nil,
+                removeStore: (@Sendable (String) -> Void)? = nil) {
+        self.backend = backend
+        self.capabilities = capabilities
+        self.childLauncher = childLauncher
+        self.removeStore = removeStore
+    }
+
+    /// Every case, in a stable order.
+    public static var caseNames: [String] { allCases.map(\.name) }
+
+    /// The cases that apply to a backend with these capabilities.
+    public static func caseNames(for capabilities: Capabilities) -> [String] {
+        allCases.filter { !$0.needsMultiProcess || capabilities.multiProcess }.map(\.name)
+    }
+
+    /// Whether `caseName` applies to this backend (and, for the multi-process cases, whether a
+    /// ``childLauncher`` was given).
+    public func isApplicable(_ caseName: String) -> Bool {
+        guard let conformanceCase = Self.allCases.first(where: { $0.name == caseName }) else { return false }
+        return !conformanceCase.needsMultiProcess || (capabilities.multiProcess && childLauncher != nil)
+    }
+
+    /// Runs one case on a thread of its own.
+    ///
+    /// - Throws: ``ConformanceFailure`` when a check fails or the backend throws an
+    ///   unexpected error; ``ConformanceCaseNotApplicable`` for an unknown case name or one
+    ///   that does not apply (see ``isApplicable(_:)``).
+    public func run(_ caseName: String) async throws {
+        guard let conformanceCase = Self.allCases.first(where: { $0.name == caseName }) else {
+            throw ConformanceCaseNotApplicable(caseName: caseName, reason: "no such case")
+        }
+        if conformanceCase.needsMultiProcess {
+            guard capabilities.multiProcess else {
+                throw ConformanceCaseNotApplicable(caseName: caseName, reason: "the backend is not multi-process")
+            }
+            guard childLauncher != nil else {
+                throw ConformanceCaseNotApplicable(caseName: caseName, reason: "no childLauncher was given")
+            }
+        }
+        let suite = self
+        try await runOnNewThread(name: "conformance-\(caseName)") {
+            let context = try CaseContext(suite: suite, caseName: caseName)
+            defer { context.cleanUp() }
+            do {
+                try conformanceCase.body(context)
+            } catch let failure as ConformanceFailure {
+                throw failure
+            } catch {
+                throw ConformanceFailure(caseName: caseName, message: "unexpected error: \(error)",
+                                         file: "", line: 0, underlying: error)
+            }
+        }
+    }
+}
+
+/// How the suite starts a child process for the multi-process cases: an executable that
+/// calls ``StorageConformanceChild/main(arguments:backend:)`` with the backend under test.
+/// The suite runs `executablePath` with `arguments` followed by its own arguments.
+public struct ChildProcessLauncher: Sendable, Hashable {
+    public var executablePath: String
+    public var arguments: [String]
+    /// Extra environment variables for the child (added to this process's environment).
+    public var environment: [String: String]
+
+    public init(executablePath: String, arguments: [String] = [], environment: [String: String] = [:]) {
+        self.executablePath = executablePath
+        self.arguments = arguments
+        self.environment = environment
+    }
+}
+
+/// A failed conformance check.
+public struct ConformanceFailure: Error, CustomStringConvertible {
+    public let caseName: String
+    public let message: String
+    /// Where the failed check is in the suite (empty/0 for an unexpected error).
+    public let file: String
+    public let line: Int
+    /// The unexpected error a backend threw, if that is the failure.
+    public let underlying: (any Error)?
+
+    public init(caseName: String, message: String, file: String, line: Int, underlying: (any Error)? = nil) {
+        self.caseName = caseName
+        self.message = message
+        self.file = file
+        self.line = line
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        file.isEmpty ? "[\(caseName)] \(message)" : "[\(caseName)] \(file):\(line): \(message)"
+    }
+}
+
+/// Thrown by ``StorageConformanceSuite/run(_:)`` for a case that does not exist or does not
+/// apply to the backend under test. Harnesses should not run such cases (use
+/// ``StorageConformanceSuite/caseNames(for:)``), so seeing this error is a harness bug.
+public struct ConformanceCaseNotApplicable: Error, CustomStringConvertible {
+    public let caseName: String
+    public let reason: String
+    public var description: String { "conformance case \(caseName) not applicable: \(reason)" }
+}
+
+/// One case of the suite.
+struct ConformanceCase: Sendable {
+    let name: String
+    let needsMultiProcess: Bool
+    let body: @Sendable (CaseContext) throws -> Void
+}
+
+extension StorageConformanceSuite {
+    static let allCases: [ConformanceCase] = [
+        ConformanceCase(name: "putGetReplace", needsMultiProcess: false, body: BasicCases.putGetReplace),
+        ConformanceCase(name: "deleteMakesTombstone", needsMultiProcess: false, body: BasicCases.deleteMakesTombstone),
+        ConformanceCase(name: "purge", needsMultiProcess: false, body: BasicCases.purge),
+        ConformanceCase(name: "sequenceAssignment", needsMultiProcess: false, body: BasicCases.sequenceAssignment),
+        ConformanceCase(name: "enumerateByKeyRange", needsMultiProcess: false, body: EnumerationCases.byKeyRange),
+        ConformanceCase(name: "enumerateBySequence", needsMultiProcess: false, body: EnumerationCases.bySequence),
+        ConformanceCase(name: "counts", needsMultiProcess: false, body: BasicCases.counts),
+        ConformanceCase(name: "rollbackOnThrow", needsMultiProcess: false, body: TransactionCases.rollbackOnThrow),
+        ConformanceCase(name: "writerSeesOwnChanges", needsMultiProcess: false, body: TransactionCases.writerSeesOwnChanges),
+        ConformanceCase(name: "snapshotIsolation", needsMultiProcess: false, body: TransactionCases.snapshotIsolation),
+        ConformanceCase(name: "largeBodies", needsMultiProcess: false, body: DataCases.largeBodies),
+        ConformanceCase(name: "manyKeyspacesAndDrop", needsMultiProcess: false, body: DataCases.manyKeyspacesAndDrop),
+        ConformanceCase(name: "keyspaceNames", needsMultiProcess: false, body: DataCases.keyspaceNames),
+        ConformanceCase(name: "utf8KeyOrdering", needsMultiProcess: false, body: DataCases.utf8KeyOrdering),
+        ConformanceCase(name: "emptyAndBinaryFields", needsMultiProcess: false, body: DataCases.emptyAndBinaryFields),
+        ConformanceCase(name: "reopenAfterClose", needsMultiProcess: false, body: LifecycleCases.reopenAfterClose),
+        ConformanceCase(name: "twoHandlesOneProcess", needsMultiProcess: false, body: LifecycleCases.twoHandlesOneProcess),
+        ConformanceCase(name: "busyTimeout", needsMultiProcess: false, body: TransactionCases.busyTimeout),
+        ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
+        ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
+        ConformanceCase(name: "childKilledMidWrite", needsMultiProcess: true, body: MultiProcessCases.childKilledMidWrite),
+    ]
+}

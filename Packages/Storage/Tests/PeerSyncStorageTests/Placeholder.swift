@@ -1,1 +1,0 @@
-// Placeholder until PeerSyncStorageTests is written; replaced by the package's sources.

@@ -1,0 +1,244 @@
+import Foundation
+import PeerSync
+
+/// `peersync bench storage|...`: benchmark programs that print our figures beside a baseline
+/// measured in the same run. Never used as timed assertions in tests.
+enum BenchCommand {
+    static func run(_ args: [String]) async throws -> Int32 {
+        guard let what = args.first else { throw UsageError("bench needs a subject: storage") }
+        switch what {
+        case "storage":
+            return try await StorageBenchmark.run(Array(args.dropFirst()))
+        default:
+            throw UsageError("unknown benchmark '\(what)' (available: storage)")
+        }
+    }
+}
+
+/// One measured figure: our rate beside the raw C library's rate for the same work.
+struct BenchResult {
+    var benchmark: String
+    var backend: String
+    var docs: Int
+    var ours: Double       // docs per second
+    var baseline: Double   // docs per second
+
+    var slowdown: Double { ours > 0 ? baseline / ours : .infinity }
+
+    var json: String {
+        let object: JSONValue = [
+            "benchmark": .string(benchmark), "backend": .string(backend), "docs": .int(Int64(docs)),
+            "docs_per_s": .double(ours.rounded()), "baseline_docs_per_s": .double(baseline.rounded()),
+            "slowdown": .double((slowdown * 100).rounded() / 100),
+        ]
+        return object.canonicalString
+    }
+}
+
+func measure(_ body: () async throws -> Void) async rethrows -> Double {
+    let clock = ContinuousClock()
+    let elapsed = try await clock.measure { try await body() }
+    return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+}
+
+/// `peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]`
+enum StorageBenchmark {
+    static func run(_ args: [String]) async throws -> Int32 {
+        let parsed = try Arguments(args, valueOptions: ["docs", "backend", "saves", "reads"], flagOptions: ["json"])
+        try parsed.expectPositionals(0)
+        let docs = try parsed.int("docs") ?? 100_000
+        let saves = try parsed.int("saves") ?? 2_000
+        let reads = try parsed.int("reads") ?? 20_000
+        guard docs > 0 else { throw UsageError("--docs must be at least 1") }
+        let json = parsed.flag("json")
+        let requested = parsed.value("backend") ?? "all"
+        var backends = StorageBackends.all.filter { $0.name != "memory" }
+        if requested != "all" {
+            guard let b = StorageBackends.named(requested), b.name != "memory" else {
+                throw UsageError("unknown backend '\(requested)'")
+            }
+            backends = [b]
+        }
+        #if DEBUG
+        printError("peersync bench: note: this is a debug build; build with -c release for meaningful figures")
+        #endif
+
+        let workload = Workload(count: docs)
+        if !json {
+            print("storage benchmark: \(docs) documents of ~\(workload.averageBodySize) bytes, \(saves) durable saves, \(reads) random reads")
+            print(String(format: "%-14@ %-8@ %14@ %14@ %9@", "benchmark" as NSString, "backend" as NSString,
+                         "ours docs/s" as NSString, "raw docs/s" as NSString, "slowdown" as NSString))
+        }
+        for backend in backends {
+            let results = try await benchmark(backend: backend, workload: workload, saves: saves, reads: reads)
+            for r in results {
+                if json {
+                    print(r.json)
+                } else {
+                    print(String(format: "%-14@ %-8@ %14.0f %14.0f %8.2fx", r.benchmark as NSString, r.backend as NSString,
+                                 r.ours, r.baseline, r.slowdown))
+                }
+            }
+        }
+        return 0
+    }
+
+    /// The documents: deterministic ~1 KB JSON objects.
+    struct Workload {
+        let ids: [String]
+        let bodies: [[String: JSONValue]]
+        let canonical: [[UInt8]]
+
+        init(count: Int) {
+            var ids: [String] = [], bodies: [[String: JSONValue]] = [], canonical: [[UInt8]] = []
+            ids.reserveCapacity(count); bodies.reserveCapacity(count); canonical.reserveCapacity(count)
+            let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+            for i in 0..<count {
+                let id = String(format: "doc-%08d", i)
+                var text = ""
+                var k = i
+                while text.utf8.count < 760 { text += words[k % words.count] + " "; k = k &* 31 &+ 7 }
+                let body: [String: JSONValue] = [
+                    "index": .int(Int64(i)), "name": .string("Document number \(i)"),
+                    "tags": .array([.string(words[i % 10]), .string(words[(i / 10) % 10])]),
+                    "price": .double(Double(i % 1000) / 10 + 0.25), "active": .bool(i % 3 != 0),
+                    "address": ["street": .string("\(i % 977) Main Street"), "city": .string("Springfield"), "zip": .string(String(10000 + i % 89999))],
+                    "text": .string(text),
+                ]
+                ids.append(id)
+                bodies.append(body)
+                canonical.append(JSONValue.object(body).canonicalData)
+            }
+            self.ids = ids
+            self.bodies = bodies
+            self.canonical = canonical
+        }
+
+        var averageBodySize: Int { canonical.isEmpty ? 0 : canonical.prefix(1000).reduce(0) { $0 + $1.count } / min(1000, canonical.count) }
+    }
+
+    static func benchmark(backend: any StorageBackend, workload: Workload, saves: Int, reads: Int) async throws -> [BenchResult] {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-bench-\(getpid())-\(backend.name)").path
+        try? FileManager.default.removeItem(atPath: root)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let n = workload.ids.count
+        var results: [BenchResult] = []
+        let raw = try RawStore(backend: backend.name, directory: root + "/raw")
+        defer { raw.close() }
+
+        // 1. Bulk insert in one batch.
+        let db = try await Database(path: root + "/ours", config: DatabaseConfiguration(directory: root, backend: backend))
+        let collection = try db.defaultCollection()
+        let bodies = workload.bodies, ids = workload.ids
+        let oursBulk = try await measure {
+            _ = try await db.inBatch { txn in
+                for i in 0..<n {
+                    var doc = MutableDocument(id: ids[i], data: bodies[i])
+                    try txn.save(document: &doc, in: collection)
+                }
+            }
+        }
+        let rawBulk = try await measure { try raw.insert(workload.ids, workload.canonical) }
+        results.append(BenchResult(benchmark: "bulk_insert", backend: backend.name, docs: n,
+                                   ours: Double(n) / oursBulk, baseline: Double(n) / rawBulk))
+
+        // 2. Single-document durable saves, one transaction each.
+        let saveCount = min(saves, n)
+        let oursSaves = try await measure {
+            for i in 0..<saveCount {
+                var doc = MutableDocument(id: "save-" + ids[i], data: bodies[i])
+                try await collection.save(document: &doc)
+            }
+        }
+        let rawSaves = try await measure {
+            for i in 0..<saveCount { try raw.insert(["save-" + ids[i]], [workload.canonical[i]]) }
+        }
+        results.append(BenchResult(benchmark: "durable_save", backend: backend.name, docs: saveCount,
+                                   ours: Double(saveCount) / oursSaves, baseline: Double(saveCount) / rawSaves))
+
+        // 3. Random reads by ID (same keys for both).
+        var generator = SeededGenerator(seed: 42)
+        let keys = (0..<reads).map { _ in ids[Int(generator.next() % UInt64(n))] }
+        var found = 0
+        let oursReads = try await measure {
+            for key in keys where try await collection.document(id: key) != nil { found += 1 }
+        }
+        guard found == keys.count else { throw PeerSyncError(.internalError, "bench: \(keys.count - found) reads missed") }
+        let rawReads = try await measure {
+            let rawFound = try raw.get(keys)
+            guard rawFound == keys.count else { throw PeerSyncError(.internalError, "bench: raw reads missed") }
+        }
+        results.append(BenchResult(benchmark: "random_read", backend: backend.name, docs: reads,
+                                   ours: Double(reads) / oursReads, baseline: Double(reads) / rawReads))
+
+        // 4. Full enumeration of every document.
+        var enumerated = 0
+        let oursScan = try await measure { enumerated = try await collection.allDocuments().count }
+        var rawCount = 0
+        let rawScan = try await measure { rawCount = try raw.scan() }
+        results.append(BenchResult(benchmark: "enumerate", backend: backend.name, docs: enumerated,
+                                   ours: Double(enumerated) / oursScan, baseline: Double(rawCount) / rawScan))
+
+        // 5. Changes since sequence 0 (what replication reads); the raw baseline is a full scan.
+        var changeCount = 0
+        let oursChanges = try await measure { changeCount = try await collection.changes(since: 0).count }
+        let rawChanges = try await measure { rawCount = try raw.scan() }
+        results.append(BenchResult(benchmark: "changes_since", backend: backend.name, docs: changeCount,
+                                   ours: Double(changeCount) / oursChanges, baseline: Double(rawCount) / rawChanges))
+        try await db.close()
+        return results
+    }
+}
+
+/// The raw C-library baseline of a backend, through the backend module's own baseline type.
+struct RawStore {
+    private let insertBody: ([String], [[UInt8]]) throws -> Void
+    private let getBody: ([String]) throws -> Int
+    private let scanBody: () throws -> Int
+    private let closeBody: () -> Void
+
+    init(backend: String, directory: String) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        switch backend {
+        #if SQLite
+        case "sqlite":
+            let raw = try SQLiteRawBaseline(path: directory + "/raw.sqlite3")
+            insertBody = { keys, bodies in try raw.insert(count: keys.count) { (keys[$0], bodies[$0]) } }
+            getBody = { try raw.pointReads($0) }
+            scanBody = { try raw.scan().records }
+            closeBody = { try? raw.close() }
+        #endif
+        #if LMDB
+        case "lmdb":
+            let raw = try LMDBRawBaseline(directory: directory, mapSize: 4 << 30)
+            insertBody = { keys, bodies in
+                try raw.insert(zip(keys, bodies).map { Record(key: $0.0, body: $0.1) })
+            }
+            getBody = { try raw.get($0) }
+            scanBody = { try raw.scan().count }
+            closeBody = { raw.close() }
+        #endif
+        default:
+            throw PeerSyncError(.invalidArgument, "no raw baseline for backend \(backend)")
+        }
+    }
+
+    func insert(_ keys: [String], _ bodies: [[UInt8]]) throws { try insertBody(keys, bodies) }
+    func get(_ keys: [String]) throws -> Int { try getBody(keys) }
+    func scan() throws -> Int { try scanBody() }
+    func close() { closeBody() }
+}
+
+/// SplitMix64: deterministic keys for the read benchmark.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import PeerSync
+import PeerSyncAuth
+
+/// `peersync`: every PeerSync capability from the shell. Exit codes: 0 success, 1 error (one
+/// line on stderr), 2 usage error.
+@main
+struct PeerSyncCLI {
+    static let usage = """
+    usage:
+      peersync --db DIR [--backend sqlite|lmdb] [--collection SCOPE.NAME] COMMAND
+        put ID JSON          store a document (JSON "-" reads stdin)
+        get ID [--meta]      print a document (--meta: with _id, _rev, _sequence, _deleted)
+        rm ID                delete a document (leaves a tombstone that replicates)
+        purge ID             remove a document and its history completely
+        ls [--limit N]       list document IDs
+        count                number of live documents
+        import FILE|-        import JSON Lines ("_id" is the ID, generated when missing)
+        export               print every document as JSON Lines with "_id"
+        info [--json]        backend, collections, counts, last sequence
+        check                integrity check (non-zero exit on any inconsistency)
+        watch [--count N] [--timeout S]
+                             print changes live, also other processes' (until N distinct docs changed)
+      peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]
+      peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL]
+                               [--usage server|client|both] [--cn NAME] [--days N]
+      peersync identity list [--keystore DIR]
+      peersync identity export --label L [--keystore DIR] (--pem | --p12 FILE --password P)
+      peersync identity import FILE --label L [--keystore DIR] [--password P]
+      peersync identity delete --label L [--keystore DIR]
+    """
+
+    static func main() async {
+        let args = Array(CommandLine.arguments.dropFirst())
+        let code: Int32
+        do {
+            code = try await run(args)
+        } catch let error as UsageError {
+            printError("peersync: \(error.message)")
+            printError("run 'peersync --help' for usage")
+            code = 2
+        } catch let error as PeerSyncError {
+            let prefix = error.code == .invalidJSON ? "invalid JSON: " : ""
+            printError("peersync: \(prefix)\(error.message)\(contextSuffix(error))")
+            code = 1
+        } catch {
+            printError("peersync: \(error)")
+            code = 1
+        }
+        exit(code)
+    }
+
+    static func run(_ args: [String]) async throws -> Int32 {
+        if args.isEmpty || args == ["--help"] || args == ["-h"] || args == ["help"] {
+            print(usage)
+            return args.isEmpty ? 2 : 0
+        }
+        switch args[0] {
+        case "bench":
+            return try await BenchCommand.run(Array(args.dropFirst()))
+        case "identity":
+            return IdentityCommand.run(Array(args.dropFirst()))
+        default:
+            return try await DatabaseCommands.run(args)
+        }
+    }
+
+    static func contextSuffix(_ error: PeerSyncError) -> String {
+        let keys = ["docID", "path", "collection", "line", "offset"]
+        let parts = keys.compactMap { key in error.context[key].map { "\(key) \($0)" } }
+        return parts.isEmpty ? "" : " (" + parts.joined(separator: ", ") + ")"
+    }
+}
+
+func printError(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// Writes a line to standard output immediately (unbuffered), for output another process is
+/// waiting to read (`watch`, `serve`).
+func emitLine(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}

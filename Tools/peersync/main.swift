@@ -1,1 +1,0 @@
-print("peersync: not yet built")
