@@ -8,7 +8,8 @@ import Foundation
 import PeerSyncCore
 import Synchronization
 
-/// The reactor: one thread blocked in `epoll_wait` for every socket of the process.
+/// The reactor: one thread (named `PeerSyncReactor`) blocked in `epoll_wait` for every socket
+/// of the process.
 ///
 /// Sockets are registered once, edge-triggered, for input and output. I/O syscalls run
 /// directly in the calling task (they are non-blocking); only when one answers `EAGAIN` does
@@ -35,9 +36,20 @@ final class EventLoop: @unchecked Sendable {
 
     private init(epfd: Int32) {
         self.epfd = epfd
-        let thread = Thread { [self] in self.run() }
-        thread.name = "PeerSync.EventLoop"
+        let thread = Thread { [self] in
+            EventLoop.nameCurrentThread("PeerSyncReactor")
+            self.run()
+        }
         thread.start()
+    }
+
+    /// Names the calling thread (15 characters at most; shown in /proc/<pid>/task/*/comm and
+    /// debuggers). `pthread_setname_np` is not exported by Swift's Glibc module.
+    private static func nameCurrentThread(_ name: String) {
+        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = Array(name.utf8.prefix(15)).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        Glibc.close(fd)
     }
 
     /// Registers `socket` for edge-triggered readiness events.
