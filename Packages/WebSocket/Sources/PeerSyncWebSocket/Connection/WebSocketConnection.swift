@@ -182,6 +182,24 @@ final class WebSocketEngine: Sendable {
         case .text(var text):
             frame = text.withUTF8 { encodeMessage(.text, UnsafeRawBufferPointer($0)) }
         }
+        if frame.count >= Self.directWriteMinimum, let tcp = stream as? TCPStream, outbound.tryBeginDirectWrite() {
+            // A large frame and nothing queued or being written: write it ourselves, saving a
+            // task switch (small frames go through the writer, which batches them into few
+            // syscalls). The write is not cancellable halfway: a partial frame would corrupt
+            // the stream.
+            do {
+                try await tcp.write(frame, cancellable: false)
+            } catch {
+                let broken = PeerSyncError(.connectionReset, "writing to the WebSocket failed: \(error)")
+                outbound.fail(broken)
+                outbound.endDirectWrite()
+                await stream.close()  // the reader then ends the connection
+                throw state.withLock { $0.closeSent } ? PeerSyncError(.connectionClosed, "the WebSocket connection closed while sending") : broken
+            }
+            outbound.endDirectWrite()
+            recycle(frame)
+            return
+        }
         try await outbound.send(frame)
     }
 
@@ -231,6 +249,9 @@ final class WebSocketEngine: Sendable {
         }
         return out
     }
+
+    /// Frames of at least this size are written by their sender when the writer is idle.
+    static let directWriteMinimum = 8 * 1024
 
     /// Frames of at least this size are recycled: fewer large allocations, so the allocator
     /// does not hand pages back to the kernel and fault them in again for every message.
@@ -541,6 +562,7 @@ final class WebSocketEngine: Sendable {
                 await stream.close()  // the reader then ends the connection
                 return
             }
+            outbound.endBatch()
             if batch.containsClose {
                 outbound.markCloseWritten()
                 return

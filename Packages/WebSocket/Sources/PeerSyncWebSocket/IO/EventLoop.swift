@@ -185,40 +185,20 @@ final class Socket: @unchecked Sendable {
     }
 
     /// Suspends until the reactor reports the direction ready (or returns at once if it was
-    /// reported since the last wait). Throws `.closed` when the socket is closed and
-    /// `.cancelled` when the task is cancelled.
-    func wait(_ direction: Direction) async throws {
+    /// reported since the last wait). Throws `.closed` when the socket is closed and, if
+    /// `cancellable`, `.cancelled` when the task is cancelled. A non-cancellable wait ends only
+    /// with readiness or the socket's close (used where stopping halfway would corrupt the
+    /// stream, e.g. in the middle of a frame).
+    func wait(_ direction: Direction, cancellable: Bool = true) async throws {
+        if !cancellable {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                register(continuation, direction, checkCancellation: false)
+            }
+            return
+        }
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-                enum Action { case resume, fail(PeerSyncError), none }
-                let action = state.withLock { s -> Action in
-                    if s.closed { return .fail(closedStreamError) }
-                    switch direction {
-                    case .read:
-                        if s.readReady { s.readReady = false; return .resume }
-                    case .write:
-                        if s.writeReady { s.writeReady = false; return .resume }
-                    }
-                    if Task.isCancelled { return .fail(PeerSyncError(.cancelled, "socket wait cancelled")) }
-                    switch direction {
-                    case .read:
-                        if s.readWaiter != nil {
-                            return .fail(PeerSyncError(.internalError, "two concurrent reads on one socket"))
-                        }
-                        s.readWaiter = continuation
-                    case .write:
-                        if s.writeWaiter != nil {
-                            return .fail(PeerSyncError(.internalError, "two concurrent writes on one socket"))
-                        }
-                        s.writeWaiter = continuation
-                    }
-                    return .none
-                }
-                switch action {
-                case .resume: continuation.resume()
-                case .fail(let error): continuation.resume(throwing: error)
-                case .none: break
-                }
+                register(continuation, direction, checkCancellation: true)
             }
         } onCancel: {
             let waiter = state.withLock { s -> UnsafeContinuation<Void, any Error>? in
@@ -232,6 +212,39 @@ final class Socket: @unchecked Sendable {
                 }
             }
             waiter?.resume(throwing: PeerSyncError(.cancelled, "socket wait cancelled"))
+        }
+    }
+
+    private func register(_ continuation: UnsafeContinuation<Void, any Error>, _ direction: Direction,
+                          checkCancellation: Bool) {
+        enum Action { case resume, fail(PeerSyncError), none }
+        let action = state.withLock { s -> Action in
+            if s.closed { return .fail(closedStreamError) }
+            switch direction {
+            case .read:
+                if s.readReady { s.readReady = false; return .resume }
+            case .write:
+                if s.writeReady { s.writeReady = false; return .resume }
+            }
+            if checkCancellation && Task.isCancelled { return .fail(PeerSyncError(.cancelled, "socket wait cancelled")) }
+            switch direction {
+            case .read:
+                if s.readWaiter != nil {
+                    return .fail(PeerSyncError(.internalError, "two concurrent reads on one socket"))
+                }
+                s.readWaiter = continuation
+            case .write:
+                if s.writeWaiter != nil {
+                    return .fail(PeerSyncError(.internalError, "two concurrent writes on one socket"))
+                }
+                s.writeWaiter = continuation
+            }
+            return .none
+        }
+        switch action {
+        case .resume: continuation.resume()
+        case .fail(let error): continuation.resume(throwing: error)
+        case .none: break
         }
     }
 
