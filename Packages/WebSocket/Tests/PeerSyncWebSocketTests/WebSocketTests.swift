@@ -415,6 +415,62 @@ struct WebSocketTests {
         await c.close()
     }
 
+    @Test("a send cancelled while waiting for room throws cancelled; the connection stays intact")
+    func cancelledSend() async throws {
+        let release = AsyncLatch()
+        let received = RecordedMessages()
+        var configuration = WebSocketServerConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.connection.receiveBufferMessages = 4
+        let route = WebSocketRoute(path: nil) { connection in
+            await release.wait()
+            while let message = try? await connection.receive() {
+                received.add(message)
+                if message == .text("last") { return }
+            }
+        }
+        let server = try await WebSocketServer.start(configuration: configuration, routes: [route])
+        defer { Task { await server.stop() } }
+        var options = try clientOptions()
+        options.connection.sendBufferBytes = 16 * 1024
+        let c = try await WebSocketTransport().connectWebSocket(to: try endpoint(server), options: options)
+        // Fill every buffer with 1 KiB messages (these go through the writer's queue).
+        let sent = Counter()
+        let filler = Task {
+            var i = 0
+            while true {
+                try await c.send(.binary([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 1024)))
+                i += 1
+                sent.add(1)
+            }
+        }
+        var last = -1
+        while last != sent.value {
+            last = sent.value
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        filler.cancel()
+        do {
+            try await filler.value
+            Issue.record("the blocked send did not throw")
+        } catch let error as PeerSyncError {
+            #expect(error.code == .cancelled)
+        }
+        // The connection is still usable: the server reads again, one more message goes through.
+        release.open()
+        try await c.send(text: "last")
+        try await withTimeout(30, "draining") {
+            while !received.all.contains(.text("last")) { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        // Every message arrived whole and in order; the cancelled one was not sent.
+        let binaries = received.all.dropLast()
+        #expect(binaries.count == sent.value)
+        for (i, message) in binaries.enumerated() {
+            #expect(message == .binary([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 1024)))
+        }
+        await c.close()
+    }
+
     @Test("WebSocketTransport listen/accept with a path; non-matching paths get 404")
     func listenerPath() async throws {
         let transport = WebSocketTransport()
@@ -592,6 +648,12 @@ final class ConnectionBox: Sendable {
     private let value = Mutex<WebSocketConnection?>(nil)
     func set(_ connection: WebSocketConnection) { value.withLock { $0 = connection } }
     func get() -> WebSocketConnection? { value.withLock { $0 } }
+}
+
+final class RecordedMessages: Sendable {
+    private let messages = Mutex<[TransportMessage]>([])
+    func add(_ message: TransportMessage) { messages.withLock { $0.append(message) } }
+    var all: [TransportMessage] { messages.withLock { $0 } }
 }
 
 final class Counter: Sendable {

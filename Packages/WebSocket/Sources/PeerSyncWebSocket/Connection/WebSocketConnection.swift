@@ -47,6 +47,11 @@ public struct WebSocketConfiguration: Sendable, Hashable {
 /// an oversized message) and `receive` throws the ``PeerSyncError``. Dropping the last
 /// reference to an open connection drops the link without a close handshake.
 ///
+/// Cancellation: a `send` waiting for room in the send buffer throws `.cancelled` and sends
+/// nothing; a large message (8 KiB or more) that its sender is already writing to the socket
+/// is finished (or fails with the link) even if the task is cancelled, so a frame is never
+/// cut.
+///
 /// Use ``WebSocketTransport`` / ``WebSocketServer`` to get connections over TCP; call
 /// ``init(stream:role:configuration:subprotocol:initialBytes:peerCertificateChain:kind:handshakeRequest:handshakeResponse:authenticatedUser:)``
 /// yourself to run WebSocket framing over another byte stream after your own handshake.
