@@ -67,6 +67,11 @@ enum TransportBenchmark {
                 ])
             }
         }
+        if options.transports.contains("ws") {
+            let tcp = try await tcpStreamThroughput(chunk: 65536, totalBytes: options.totalBytes)
+            output.emit([("benchmark", .string("tcp_stream_throughput")), ("message_bytes", .int(65536)),
+                         ("mb_per_s", .double(tcp))])
+        }
         if options.transports.contains("wss") {
             let tls = try await tlsStreamThroughput(identity: identity, chunk: 65536, totalBytes: options.totalBytes)
             output.emit([("benchmark", .string("tls_stream_throughput")), ("message_bytes", .int(65536)),
@@ -135,6 +140,30 @@ enum TransportBenchmark {
     }
 
     // MARK: Measurements
+
+    /// MiB/s of our async TCPStream alone (no framing, no TLS): a diagnostic that splits ws://
+    /// cost between the I/O layer and WebSocket framing.
+    static func tcpStreamThroughput(chunk: Int, totalBytes: Int) async throws -> Double {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        async let accepted = listener.accept()
+        let client = try await TCPStream.connect(host: "127.0.0.1", port: listener.port)
+        let server = try await accepted
+        let payload = [UInt8](repeating: 0xAB, count: chunk)
+        let count = totalBytes / chunk
+        let start = ContinuousClock.now
+        async let received: Int = {
+            var bytes = 0
+            while bytes < count * chunk, let data = try await server.read(maxBytes: 256 * 1024) { bytes += data.count }
+            return bytes
+        }()
+        for _ in 0..<count { try await client.write(payload) }
+        _ = try await received
+        let seconds = (ContinuousClock.now - start).seconds
+        await client.close()
+        await server.close()
+        return Double(count * chunk) / Double(1 << 20) / seconds
+    }
 
     /// MiB/s of TLSStream alone over our TCP (no WebSocket framing): a diagnostic that splits
     /// wss:// cost between TLS and WebSocket.
