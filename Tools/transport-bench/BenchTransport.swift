@@ -29,6 +29,8 @@ enum TransportBenchmark {
         var sizes = [1024, 65536]
         var idleConnections = 1000
         var totalBytes = TransportBenchmark.totalBytes
+        /// Runs per throughput figure (the median is reported).
+        var repeatCount = 3
     }
 
     static func run(json: Bool) async throws {
@@ -41,19 +43,39 @@ enum TransportBenchmark {
         let identity = try TLSIdentity.createIdentity(for: [.serverAuth], attributes: [certAttrCommonName: "bench", certAttrIPAddress: "127.0.0.1"])
         let output = Output(json: options.json)
         for size in options.sizes {
-            let baseline = try RawTCP.throughput(messageBytes: size, totalBytes: options.totalBytes)
+            // Baseline and transports are measured in turns, `repeat` times; medians are
+            // reported, so a busy machine skews both sides alike.
+            var baselines: [Double] = []
+            var results: [String: [Double]] = [:]
+            for _ in 0..<options.repeatCount {
+                baselines.append(try RawTCP.throughput(messageBytes: size, totalBytes: options.totalBytes))
+                for transport in options.transports {
+                    let pair = try await makePair(transport, identity: identity)
+                    let seconds = try await throughput(pair, messageBytes: size, totalBytes: options.totalBytes)
+                    await pair.cleanup()
+                    results[transport, default: []].append(Double(options.totalBytes) / Double(1 << 20) / seconds)
+                }
+            }
+            let baseline = median(baselines)
             for transport in options.transports {
-                let pair = try await makePair(transport, identity: identity)
-                let seconds = try await throughput(pair, messageBytes: size, totalBytes: options.totalBytes)
-                await pair.cleanup()
-                let mbps = Double(options.totalBytes) / Double(1 << 20) / seconds
+                let mbps = median(results[transport] ?? [])
                 output.emit([
                     ("benchmark", .string("throughput")), ("transport", .string(transport)),
                     ("message_bytes", .int(size)), ("total_mb", .int(options.totalBytes >> 20)),
                     ("mb_per_s", .double(mbps)), ("baseline_mb_per_s", .double(baseline)),
-                    ("ratio", .double(mbps / baseline)),
+                    ("ratio", .double(mbps / baseline)), ("runs", .int(options.repeatCount)),
                 ])
             }
+        }
+        if options.transports.contains("ws") {
+            let tcp = try await tcpStreamThroughput(chunk: 65536, totalBytes: options.totalBytes)
+            output.emit([("benchmark", .string("tcp_stream_throughput")), ("message_bytes", .int(65536)),
+                         ("mb_per_s", .double(tcp))])
+        }
+        if options.transports.contains("wss") {
+            let tls = try await tlsStreamThroughput(identity: identity, chunk: 65536, totalBytes: options.totalBytes)
+            output.emit([("benchmark", .string("tls_stream_throughput")), ("message_bytes", .int(65536)),
+                         ("mb_per_s", .double(tls))])
         }
         let baselineLatency = try RawTCP.latency(messageBytes: 1024, rounds: latencyRounds)
         for transport in options.transports {
@@ -118,6 +140,58 @@ enum TransportBenchmark {
     }
 
     // MARK: Measurements
+
+    /// MiB/s of our async TCPStream alone (no framing, no TLS): a diagnostic that splits ws://
+    /// cost between the I/O layer and WebSocket framing.
+    static func tcpStreamThroughput(chunk: Int, totalBytes: Int) async throws -> Double {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        async let accepted = listener.accept()
+        let client = try await TCPStream.connect(host: "127.0.0.1", port: listener.port)
+        let server = try await accepted
+        let payload = [UInt8](repeating: 0xAB, count: chunk)
+        let count = totalBytes / chunk
+        let start = ContinuousClock.now
+        async let received: Int = {
+            var bytes = 0
+            while bytes < count * chunk, let data = try await server.read(maxBytes: 256 * 1024) { bytes += data.count }
+            return bytes
+        }()
+        for _ in 0..<count { try await client.write(payload) }
+        _ = try await received
+        let seconds = (ContinuousClock.now - start).seconds
+        await client.close()
+        await server.close()
+        return Double(count * chunk) / Double(1 << 20) / seconds
+    }
+
+    /// MiB/s of TLSStream alone over our TCP (no WebSocket framing): a diagnostic that splits
+    /// wss:// cost between TLS and WebSocket.
+    static func tlsStreamThroughput(identity: TLSIdentity, chunk: Int, totalBytes: Int) async throws -> Double {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        async let acceptedTCP = listener.accept()
+        let clientTCP = try await TCPStream.connect(host: "127.0.0.1", port: listener.port)
+        let serverTCP = try await acceptedTCP
+        async let serverTLS = TLSStream.handshake(over: serverTCP, configuration: .server(identity: identity))
+        let client = try await TLSStream.handshake(
+            over: clientTCP, configuration: .client(serverName: "127.0.0.1", serverTrust: .pinned(identity.certificate)))
+        let server = try await serverTLS
+        let payload = [UInt8](repeating: 0xAB, count: chunk)
+        let count = totalBytes / chunk
+        let start = ContinuousClock.now
+        async let received: Int = {
+            var bytes = 0
+            while bytes < count * chunk, let data = try await server.read(maxBytes: 64 * 1024) { bytes += data.count }
+            return bytes
+        }()
+        for _ in 0..<count { try await client.write(payload) }
+        _ = try await received
+        let seconds = (ContinuousClock.now - start).seconds
+        await client.close()
+        await server.close()
+        return Double(count * chunk) / Double(1 << 20) / seconds
+    }
 
     /// Seconds to move `totalBytes` from client to server in `messageBytes` messages.
     static func throughput(_ pair: Pair, messageBytes: Int, totalBytes: Int) async throws -> Double {
@@ -203,6 +277,8 @@ enum TransportBenchmark {
         var all: [WebSocketConnection] { lock.withLock { connections } }
         var count: Int { lock.withLock { connections.count } }
     }
+
+    static func median(_ values: [Double]) -> Double { percentile(values, 0.5) }
 
     static func percentile(_ samples: [Double], _ p: Double) -> Double {
         guard !samples.isEmpty else { return 0 }

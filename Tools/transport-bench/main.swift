@@ -1,11 +1,11 @@
-// transport-bench [--json] [--transports loopback,ws,wss] [--sizes 1024,65536] [--total-mb 100] [--idle 1000]
+// transport-bench [--json] [--transports loopback,ws,wss] [--sizes 1024,65536] [--total-mb 100] [--repeat 3] [--idle 1000]
 // See BenchTransport.swift. Build with `swift build -c release --product transport-bench`.
 import Foundation
 
 var options = TransportBenchmark.Options()
 var arguments = CommandLine.arguments.dropFirst()
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: transport-bench [--json] [--transports loopback,ws,wss] [--sizes 1024,65536] [--total-mb N] [--idle N]\n".utf8))
+    FileHandle.standardError.write(Data("usage: transport-bench [--json] [--transports loopback,ws,wss] [--sizes 1024,65536] [--total-mb N] [--repeat N] [--idle N]\n".utf8))
     exit(2)
 }
 while let argument = arguments.popFirst() {
@@ -22,6 +22,9 @@ while let argument = arguments.popFirst() {
     case "--total-mb":
         guard let value = arguments.popFirst(), let mb = Int(value), mb > 0 else { usage() }
         options.totalBytes = mb << 20
+    case "--repeat":
+        guard let value = arguments.popFirst(), let n = Int(value), n > 0 else { usage() }
+        options.repeatCount = n
     case "--idle":
         guard let value = arguments.popFirst(), let n = Int(value), n > 0 else { usage() }
         options.idleConnections = n

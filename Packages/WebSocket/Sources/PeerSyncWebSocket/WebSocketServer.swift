@@ -259,7 +259,13 @@ public final class WebSocketServer: Sendable {
             deadline.cancel()
 
             if WebSocketHandshake.isUpgradeRequest(request) {
-                upgraded = await upgrade(request, stream: stream, parser: &parser, context: context)
+                guard let (route, connection) = await upgrade(request, stream: stream, parser: &parser, context: context) else {
+                    return
+                }
+                // From now on the connection belongs to the route's handler, not to `stop()`.
+                upgraded = true
+                untrack(id)
+                await route.onConnection(connection)
                 return
             }
             // Plain HTTP.
@@ -294,18 +300,18 @@ public final class WebSocketServer: Sendable {
         }
     }
 
-    /// Answers an upgrade request; returns true if the connection was upgraded.
+    /// Answers an upgrade request; returns the route and the new connection if it upgraded.
     private func upgrade(_ request: HTTPRequest, stream: any ByteStream, parser: inout HTTPRequestParser,
-                         context: WebSocketRequestContext) async -> Bool {
+                         context: WebSocketRequestContext) async -> (WebSocketRoute, WebSocketConnection)? {
         guard let route = routes.first(where: { $0.matches(request.path) }) else {
             await respondAndClose(stream, .text(404, "no WebSocket endpoint at this path\n", headers: ["Connection": "close"]))
-            return false
+            return nil
         }
         let upgradeRequest: WebSocketHandshake.UpgradeRequest
         switch WebSocketHandshake.validateUpgradeRequest(request) {
         case .failure(let rejection):
             await respondAndClose(stream, rejection.response)
-            return false
+            return nil
         case .success(let valid):
             upgradeRequest = valid
         }
@@ -316,7 +322,7 @@ public final class WebSocketServer: Sendable {
                 let rejection = WebSocketHandshake.Rejection(
                     status: 400, message: "none of the offered subprotocols is supported; supported: \(route.subprotocols.joined(separator: ", "))")
                 await respondAndClose(stream, rejection.response)
-                return false
+                return nil
             }
         }
         var user: String?
@@ -328,10 +334,10 @@ public final class WebSocketServer: Sendable {
                 let escaped = String(realm.flatMap { $0 == "\"" || $0 == "\\" ? ["\\", $0] : [$0] })
                 await respondAndClose(stream, .text(401, "authentication required\n",
                                                     headers: ["WWW-Authenticate": "Basic realm=\"\(escaped)\"", "Connection": "close"]))
-                return false
+                return nil
             case .reject(let status, let message):
                 await respondAndClose(stream, .text(status, message + "\n", headers: ["Connection": "close"]))
-                return false
+                return nil
             }
         }
         let response = WebSocketHandshake.switchingProtocolsResponse(key: upgradeRequest.key, subprotocol: subprotocol)
@@ -339,15 +345,14 @@ public final class WebSocketServer: Sendable {
             try await stream.write(response.serialized())
         } catch {
             await stream.close()
-            return false
+            return nil
         }
         let connection = WebSocketConnection(stream: stream, role: .server, configuration: configuration.connection,
                                              subprotocol: subprotocol, initialBytes: parser.takeRemainder(),
                                              peerCertificateChain: context.peerCertificateChain.map(\.derBytes),
                                              handshakeRequest: request, handshakeResponse: response,
                                              authenticatedUser: user)
-        await route.onConnection(connection)
-        return true
+        return (route, connection)
     }
 
     private func respondAndClose(_ stream: any ByteStream, _ response: HTTPResponse) async {

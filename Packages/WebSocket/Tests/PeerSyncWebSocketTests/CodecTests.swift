@@ -287,6 +287,16 @@ struct HTTPCodecTests {
         #expect(requestError(big, maxHeader: 4096) == nil)
     }
 
+    @Test("an over-long chunk size is a 400, not an overflow (fuzzer regression)")
+    func longChunkSize() {
+        let text = "PUT /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\neeeeeeedeeeeeeeeeeeeeeeee: 1\r\n\r\n"
+        #expect(requestError(text)?.httpStatus == 400)
+        let sixteen = "PUT /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n"
+        #expect(requestError(sixteen)?.httpStatus == 400)
+        let fifteen = "PUT /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n"
+        #expect(requestError(fifteen)?.httpStatus == 413)
+    }
+
     @Test("chunked body over the limit fails with 413")
     func chunkedLimit() {
         let text = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n" + String(repeating: "a", count: 1024) + "\r\n0\r\n\r\n"

@@ -80,6 +80,13 @@ func threadCount() -> Int {
     (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
 }
 
+/// The names of this process's threads (at most 15 characters each, as the kernel keeps them).
+func threadNames() -> [String] {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+        .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+}
+
 /// Resident memory of this process in MiB.
 func residentMegabytes() -> Double {
     guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return -1 }

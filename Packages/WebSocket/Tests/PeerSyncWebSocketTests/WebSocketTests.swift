@@ -415,6 +415,62 @@ struct WebSocketTests {
         await c.close()
     }
 
+    @Test("a send cancelled while waiting for room throws cancelled; the connection stays intact")
+    func cancelledSend() async throws {
+        let release = AsyncLatch()
+        let received = RecordedMessages()
+        var configuration = WebSocketServerConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.connection.receiveBufferMessages = 4
+        let route = WebSocketRoute(path: nil) { connection in
+            await release.wait()
+            while let message = try? await connection.receive() {
+                received.add(message)
+                if message == .text("last") { return }
+            }
+        }
+        let server = try await WebSocketServer.start(configuration: configuration, routes: [route])
+        defer { Task { await server.stop() } }
+        var options = try clientOptions()
+        options.connection.sendBufferBytes = 16 * 1024
+        let c = try await WebSocketTransport().connectWebSocket(to: try endpoint(server), options: options)
+        // Fill every buffer with 1 KiB messages (these go through the writer's queue).
+        let sent = Counter()
+        let filler = Task {
+            var i = 0
+            while true {
+                try await c.send(.binary([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 1024)))
+                i += 1
+                sent.add(1)
+            }
+        }
+        var last = -1
+        while last != sent.value {
+            last = sent.value
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        filler.cancel()
+        do {
+            try await filler.value
+            Issue.record("the blocked send did not throw")
+        } catch let error as PeerSyncError {
+            #expect(error.code == .cancelled)
+        }
+        // The connection is still usable: the server reads again, one more message goes through.
+        release.open()
+        try await c.send(text: "last")
+        try await withTimeout(30, "draining") {
+            while !received.all.contains(.text("last")) { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        // Every message arrived whole and in order; the cancelled one was not sent.
+        let binaries = received.all.dropLast()
+        #expect(binaries.count == sent.value)
+        for (i, message) in binaries.enumerated() {
+            #expect(message == .binary([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 1024)))
+        }
+        await c.close()
+    }
+
     @Test("WebSocketTransport listen/accept with a path; non-matching paths get 404")
     func listenerPath() async throws {
         let transport = WebSocketTransport()
@@ -472,6 +528,28 @@ struct WebSocketTests {
         await raw2.close()
     }
 
+    @Test("stop() drops connections still in their handshake but leaves upgraded ones open")
+    func stopServer() async throws {
+        let server = try await startEchoServer()
+        let upgraded = try await WebSocketTransport().connectWebSocket(to: try endpoint(server), options: try clientOptions())
+        let halfway = try await RawClient.connect(port: server.port)
+        try await halfway.send("GET / HTTP/1.1\r\nHost: x\r\n")
+        try await Task.sleep(for: .milliseconds(100))
+        await server.stop()
+        #expect(await halfway.isClosedByServer())
+        await halfway.close()
+        try await upgraded.send(text: "after stop")
+        #expect(try await upgraded.receive() == .text("after stop"))
+        await upgraded.close()
+        // The port is free again.
+        do {
+            _ = try await TCPStream.connect(host: "127.0.0.1", port: server.port, timeout: .seconds(5))
+            Issue.record("connected to a stopped server")
+        } catch let error as PeerSyncError {
+            #expect(error.code == .connectionRefused)
+        }
+    }
+
     @Test("wss:// with an untrusted certificate fails with a typed TLS error")
     func untrustedServer() async throws {
         let server = try await startEchoServer(tls: true)
@@ -489,6 +567,56 @@ struct WebSocketTests {
         try await c.send(text: "still up")
         #expect(try await c.receive() == .text("still up"))
         await c.close()
+    }
+
+    @Test("wss:// with client certificates: the server's hook and connection see the client's chain")
+    func clientCertificates() async throws {
+        let clientIdentity = try TLSIdentity.createIdentity(for: [.clientAuth], attributes: [certAttrCommonName: "client-7"])
+        let seenCommonName = RecordedRequests()
+        let accepted = ConnectionBox()
+        var configuration = WebSocketServerConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.tls = .server(identity: try TestIdentities.server(), clientCertificateValidation: .callback { chain in
+            chain.first?.commonName == "client-7"
+        })
+        let route = WebSocketRoute(path: nil, authenticate: { request, context in
+            if context.isSecure, let name = context.peerCertificateChain.first?.commonName {
+                var tagged = request
+                tagged.headers.add("X-Client-CN", name)
+                seenCommonName.add(tagged)
+                return .accept(user: name)
+            }
+            return .reject(status: 403, message: "client certificate required")
+        }) { connection in
+            accepted.set(connection)
+            await echo(connection)
+        }
+        let server = try await WebSocketServer.start(configuration: configuration, routes: [route])
+        defer { Task { await server.stop() } }
+        var options = try clientOptions(tls: true)
+        options.tls?.identity = clientIdentity
+        let c = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, tls: true), options: options)
+        try await c.send(text: "mtls")
+        #expect(try await c.receive() == .text("mtls"))
+        #expect(seenCommonName.all.first?.headers["X-Client-CN"] == "client-7")
+        #expect(accepted.get()?.authenticatedUser == "client-7")
+        #expect(accepted.get()?.peerCertificateChain.first == clientIdentity.certificate.derBytes)
+        #expect(c.peerCertificateChain.first == (try TestIdentities.server()).certificate.derBytes)
+        await c.close()
+
+        // Without a client certificate the TLS handshake fails; the server keeps serving.
+        do {
+            let refused = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, tls: true), options: try clientOptions(tls: true))
+            // With TLS 1.3 the client may learn of the rejection only when it reads.
+            _ = try await refused.receive()
+            Issue.record("connected without a client certificate")
+        } catch {
+            #expect(error is PeerSyncError)
+        }
+        let again = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, tls: true), options: options)
+        try await again.send(text: "still")
+        #expect(try await again.receive() == .text("still"))
+        await again.close()
     }
 
     @Test("handshake timeout on the client against a server that never answers")
@@ -520,6 +648,12 @@ final class ConnectionBox: Sendable {
     private let value = Mutex<WebSocketConnection?>(nil)
     func set(_ connection: WebSocketConnection) { value.withLock { $0 = connection } }
     func get() -> WebSocketConnection? { value.withLock { $0 } }
+}
+
+final class RecordedMessages: Sendable {
+    private let messages = Mutex<[TransportMessage]>([])
+    func add(_ message: TransportMessage) { messages.withLock { $0.append(message) } }
+    var all: [TransportMessage] { messages.withLock { $0 } }
 }
 
 final class Counter: Sendable {

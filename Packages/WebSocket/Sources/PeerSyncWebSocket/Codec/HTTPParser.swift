@@ -266,9 +266,11 @@ struct HTTPMessageParser: Sendable {
                 var digits = 0
                 var i = cursor
                 while i < end, let v = hexValue(buffer[i]) {
+                    // At most 15 hex digits (< 2^60): checked before multiplying, so a long
+                    // size can never overflow (found by the http-parser fuzzer).
+                    if digits == 15 { throw PeerSyncError(.malformedHTTP, "HTTP chunk size too long") }
                     size = size * 16 + v
                     digits += 1
-                    if digits > 15 { throw PeerSyncError(.malformedHTTP, "HTTP chunk size too long") }
                     i += 1
                 }
                 guard digits > 0 else { throw PeerSyncError(.malformedHTTP, "HTTP chunk size is not hexadecimal") }

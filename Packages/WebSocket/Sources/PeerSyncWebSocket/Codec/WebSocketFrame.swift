@@ -51,42 +51,52 @@ public enum WebSocketFrameEncoder {
     /// Encodes one frame from a raw buffer (avoids an intermediate copy of large payloads).
     public static func encode(opcode: WebSocketOpcode, fin: Bool = true, payload: UnsafeRawBufferPointer,
                               mask: UInt32?) -> [UInt8] {
+        let total = headerSize(payloadLength: payload.count, masked: mask != nil) + payload.count
+        return [UInt8](unsafeUninitializedCapacity: total) { out, count in
+            count = encode(into: UnsafeMutableRawBufferPointer(out), opcode: opcode, fin: fin, payload: payload, mask: mask)
+        }
+    }
+
+    /// Writes one frame (header, then the payload masked if `mask` is given) at the start of
+    /// `out`, which must hold ``headerSize(payloadLength:masked:)`` + `payload.count` bytes;
+    /// returns the number of bytes written (0 if `out` is too small).
+    public static func encode(into out: UnsafeMutableRawBufferPointer, opcode: WebSocketOpcode, fin: Bool = true,
+                              payload: UnsafeRawBufferPointer, mask: UInt32?) -> Int {
         let length = payload.count
         let header = headerSize(payloadLength: length, masked: mask != nil)
-        return [UInt8](unsafeUninitializedCapacity: header + length) { out, count in
-            var i = 0
-            out[i] = (fin ? 0x80 : 0) | opcode.rawValue; i += 1
-            let maskBit: UInt8 = mask == nil ? 0 : 0x80
-            if length < 126 {
-                out[i] = maskBit | UInt8(length); i += 1
-            } else if length <= 0xFFFF {
-                out[i] = maskBit | 126
-                out[i + 1] = UInt8(truncatingIfNeeded: length >> 8)
-                out[i + 2] = UInt8(truncatingIfNeeded: length)
-                i += 3
-            } else {
-                out[i] = maskBit | 127; i += 1
-                let l = UInt64(length)
-                for shift in stride(from: 56, through: 0, by: -8) {
-                    out[i] = UInt8(truncatingIfNeeded: l >> UInt64(shift)); i += 1
-                }
+        guard out.count >= header + length, let dst = out.baseAddress else { return 0 }
+        var i = 0
+        out[i] = (fin ? 0x80 : 0) | opcode.rawValue; i += 1
+        let maskBit: UInt8 = mask == nil ? 0 : 0x80
+        if length < 126 {
+            out[i] = maskBit | UInt8(length); i += 1
+        } else if length <= 0xFFFF {
+            out[i] = maskBit | 126
+            out[i + 1] = UInt8(truncatingIfNeeded: length >> 8)
+            out[i + 2] = UInt8(truncatingIfNeeded: length)
+            i += 3
+        } else {
+            out[i] = maskBit | 127; i += 1
+            let l = UInt64(length)
+            for shift in stride(from: 56, through: 0, by: -8) {
+                out[i] = UInt8(truncatingIfNeeded: l >> UInt64(shift)); i += 1
             }
-            if let mask {
-                out[i] = UInt8(truncatingIfNeeded: mask >> 24)
-                out[i + 1] = UInt8(truncatingIfNeeded: mask >> 16)
-                out[i + 2] = UInt8(truncatingIfNeeded: mask >> 8)
-                out[i + 3] = UInt8(truncatingIfNeeded: mask)
-                i += 4
-            }
-            if length > 0, let src = payload.baseAddress, let dst = out.baseAddress {
-                if let mask {
-                    copyMasked(from: src, to: UnsafeMutableRawPointer(dst + i), count: length, key: maskKeyBytes(mask))
-                } else {
-                    (dst + i).update(from: src.assumingMemoryBound(to: UInt8.self), count: length)
-                }
-            }
-            count = header + length
         }
+        if let mask {
+            out[i] = UInt8(truncatingIfNeeded: mask >> 24)
+            out[i + 1] = UInt8(truncatingIfNeeded: mask >> 16)
+            out[i + 2] = UInt8(truncatingIfNeeded: mask >> 8)
+            out[i + 3] = UInt8(truncatingIfNeeded: mask)
+            i += 4
+        }
+        if length > 0, let src = payload.baseAddress {
+            if let mask {
+                copyMasked(from: src, to: dst + i, count: length, key: maskKeyBytes(mask))
+            } else {
+                (dst + i).copyMemory(from: src, byteCount: length)
+            }
+        }
+        return header + length
     }
 
     /// The payload of a close frame: the code (big endian) followed by the UTF-8 reason, cut

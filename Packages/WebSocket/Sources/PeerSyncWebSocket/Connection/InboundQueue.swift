@@ -21,13 +21,22 @@ final class InboundQueue: Sendable {
         var head = 0
         var bytes = 0
         var receivers: [Receiver] = []
-        /// The reader, waiting for room.
+        /// The reader, waiting for room for a message of `senderNeeds` bytes.
         var sender: CheckedContinuation<Void, Never>?
+        var senderNeeds = 0
+        /// How many times the sender suspended (tests check that it never spins).
+        var senderWaits = 0
         var finished = false
         var error: (any Error)?
         var nextID: UInt64 = 0
 
         var count: Int { buffer.count - head }
+
+        /// Whether a message of `size` bytes is admitted now: always into an empty queue,
+        /// else when both limits hold after adding it.
+        func admits(_ size: Int, maxCount: Int, maxBytes: Int) -> Bool {
+            count == 0 || (count < maxCount && bytes + size <= maxBytes)
+        }
 
         mutating func pop() -> TransportMessage? {
             guard head < buffer.count else { return nil }
@@ -71,27 +80,23 @@ final class InboundQueue: Sendable {
                         continue
                     }
                     let size = message.byteCount
-                    if s.count == 0 || (s.count < maxCount && s.bytes + size <= maxBytes) {
-                        s.buffer.append(message)
-                        s.bytes += size
-                        index += 1
-                    } else {
-                        return 1
-                    }
+                    guard s.admits(size, maxCount: maxCount, maxBytes: maxBytes) else { return 1 }
+                    s.buffer.append(message)
+                    s.bytes += size
+                    index += 1
                 }
                 return 0
             }
             for (receiver, message) in handOffs { receiver.resume(returning: message) }
             switch outcome {
             case 1:
-                // Wait until the next message fits by the SAME rule as above; waking on a looser
-                // rule (e.g. "bytes < maxBytes") makes the loop spin on a cooperative thread
-                // while the receiver is not reading.
-                let needed = messages[index].byteCount
+                let size = messages[index].byteCount
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let now = state.withLock { s -> Bool in
-                        if s.finished || s.count == 0 || (s.count < maxCount && s.bytes + needed <= maxBytes) { return true }
+                        if s.finished || s.admits(size, maxCount: maxCount, maxBytes: maxBytes) { return true }
                         s.sender = continuation
+                        s.senderNeeds = size
+                        s.senderWaits += 1
                         return false
                     }
                     if now { continuation.resume() }
@@ -104,6 +109,10 @@ final class InboundQueue: Sendable {
         }
     }
 
+    /// How many times `send` suspended for room (for tests).
+    var senderWaitCount: Int { state.withLock { $0.senderWaits } }
+    var bufferedCount: Int { state.withLock { $0.count } }
+
     /// The next message; nil once finished cleanly and drained; the finish error once finished
     /// with one and drained; `.cancelled` if the task is cancelled while waiting.
     func receive() async throws -> TransportMessage? {
@@ -114,7 +123,7 @@ final class InboundQueue: Sendable {
                 let action = state.withLock { s -> Action in
                     if let message = s.pop() {
                         var sender: CheckedContinuation<Void, Never>?
-                        if s.sender != nil && (s.count < maxCount && s.bytes < maxBytes || s.count == 0) {
+                        if s.sender != nil && s.admits(s.senderNeeds, maxCount: maxCount, maxBytes: maxBytes) {
                             sender = s.sender
                             s.sender = nil
                         }

@@ -35,6 +35,11 @@ final class OutboundQueue: Sendable {
         var failure: PeerSyncError?
         var writer: CheckedContinuation<Void, Never>?
         var nextID: UInt64 = 0
+        /// Someone is writing to the stream: the writer task with a batch, or a sender writing
+        /// its own frame directly (``tryBeginDirectWrite()``).
+        var busy = false
+
+        var hasWork: Bool { !control.isEmpty || hasData || closeFrame != nil }
 
         var accepting: Bool { closeFrame == nil && !closeTaken && failure == nil }
         var hasData: Bool { dataHead < data.count }
@@ -170,6 +175,7 @@ final class OutboundQueue: Sendable {
             enum Step { case batch(Batch, [CheckedContinuation<Void, any Error>]), stop, wait }
             let step = state.withLock { s -> Step in
                 if s.failure != nil || s.closeTaken { return .stop }
+                if s.busy { return .wait }
                 var frames = s.control
                 s.control = []
                 var bytes = frames.reduce(0) { $0 + $1.count }
@@ -196,6 +202,7 @@ final class OutboundQueue: Sendable {
                     containsClose = true
                 }
                 if frames.isEmpty { return .wait }
+                s.busy = true
                 return .batch(Batch(frames: frames, containsClose: containsClose), admitted)
             }
             switch step {
@@ -207,7 +214,7 @@ final class OutboundQueue: Sendable {
             case .wait:
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let resumeNow = state.withLock { s -> Bool in
-                        if s.failure != nil || s.closeTaken || !s.control.isEmpty || s.hasData || s.closeFrame != nil {
+                        if s.failure != nil || s.closeTaken || (!s.busy && s.hasWork) {
                             return true
                         }
                         s.writer = continuation
@@ -217,6 +224,33 @@ final class OutboundQueue: Sendable {
                 }
             }
         }
+    }
+
+    /// Called by the writer task after it wrote a batch from ``nextBatch()``.
+    func endBatch() {
+        state.withLock { $0.busy = false }
+    }
+
+    /// A sender may write its frame to the stream itself (skipping the writer task) when
+    /// nothing is queued or being written: then this returns true and the caller must call
+    /// ``endDirectWrite()`` when done. Order is kept: anything sent meanwhile queues behind.
+    func tryBeginDirectWrite() -> Bool {
+        state.withLock { s -> Bool in
+            guard s.accepting, !s.busy, !s.hasWork, s.senders.isEmpty else { return false }
+            s.busy = true
+            return true
+        }
+    }
+
+    func endDirectWrite() {
+        let writer = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.busy = false
+            guard s.hasWork || s.failure != nil else { return nil }
+            let writer = s.writer
+            s.writer = nil
+            return writer
+        }
+        writer?.resume()
     }
 
     /// Called by the writer after the close frame went out.

@@ -47,6 +47,11 @@ public struct WebSocketConfiguration: Sendable, Hashable {
 /// an oversized message) and `receive` throws the ``PeerSyncError``. Dropping the last
 /// reference to an open connection drops the link without a close handshake.
 ///
+/// Cancellation: a `send` waiting for room in the send buffer throws `.cancelled` and sends
+/// nothing; a large message (8 KiB or more) that its sender is already writing to the socket
+/// is finished (or fails with the link) even if the task is cancelled, so a frame is never
+/// cut.
+///
 /// Use ``WebSocketTransport`` / ``WebSocketServer`` to get connections over TCP; call
 /// ``init(stream:role:configuration:subprotocol:initialBytes:peerCertificateChain:kind:handshakeRequest:handshakeResponse:authenticatedUser:)``
 /// yourself to run WebSocket framing over another byte stream after your own handshake.
@@ -121,6 +126,8 @@ final class WebSocketEngine: Sendable {
     private let outbound: OutboundQueue
     private let state = Mutex(State())
     private let lastActivity = Atomic<Int64>(monotonicNanoseconds())
+    /// Written frames kept for reuse by `encodeMessage` (at most 4).
+    private let recycledFrames = Mutex<[[UInt8]]>([])
 
     private struct State: ~Copyable {
         var closeInfo: CloseInfo?
@@ -180,6 +187,24 @@ final class WebSocketEngine: Sendable {
         case .text(var text):
             frame = text.withUTF8 { encodeMessage(.text, UnsafeRawBufferPointer($0)) }
         }
+        if frame.count >= Self.directWriteMinimum, let tcp = stream as? TCPStream, outbound.tryBeginDirectWrite() {
+            // A large frame and nothing queued or being written: write it ourselves, saving a
+            // task switch (small frames go through the writer, which batches them into few
+            // syscalls). The write is not cancellable halfway: a partial frame would corrupt
+            // the stream.
+            do {
+                try await tcp.write(frame, cancellable: false)
+            } catch {
+                let broken = PeerSyncError(.connectionReset, "writing to the WebSocket failed: \(error)")
+                outbound.fail(broken)
+                outbound.endDirectWrite()
+                await stream.close()  // the reader then ends the connection
+                throw state.withLock { $0.closeSent } ? PeerSyncError(.connectionClosed, "the WebSocket connection closed while sending") : broken
+            }
+            outbound.endDirectWrite()
+            recycle(frame)
+            return
+        }
         try await outbound.send(frame)
     }
 
@@ -198,10 +223,24 @@ final class WebSocketEngine: Sendable {
         return generator.next()
     }
 
-    /// The frame(s) of one message: one frame, or fragments of `fragmentSize` bytes.
+    /// The frame(s) of one message: one frame, or fragments of `fragmentSize` bytes. Large
+    /// single frames reuse a buffer the writer gave back when one is available.
     private func encodeMessage(_ opcode: WebSocketOpcode, _ payload: UnsafeRawBufferPointer) -> [UInt8] {
         guard let fragmentSize = configuration.fragmentSize, fragmentSize > 0, payload.count > fragmentSize else {
-            return WebSocketFrameEncoder.encode(opcode: opcode, payload: payload, mask: makeMask())
+            let mask = makeMask()
+            let total = WebSocketFrameEncoder.headerSize(payloadLength: payload.count, masked: mask != nil) + payload.count
+            if total >= Self.recycledFrameMinimum, var buffer = takeRecycledFrame(capacity: total) {
+                if buffer.count > total {
+                    buffer.removeLast(buffer.count - total)
+                } else if buffer.count < total {
+                    buffer.append(contentsOf: repeatElement(0, count: total - buffer.count))
+                }
+                let written = buffer.withUnsafeMutableBytes {
+                    WebSocketFrameEncoder.encode(into: $0, opcode: opcode, payload: payload, mask: mask)
+                }
+                if written == total { return buffer }
+            }
+            return WebSocketFrameEncoder.encode(opcode: opcode, payload: payload, mask: mask)
         }
         var out: [UInt8] = []
         out.reserveCapacity(payload.count + (payload.count / fragmentSize + 1) * 14)
@@ -214,6 +253,29 @@ final class WebSocketEngine: Sendable {
             offset = end
         }
         return out
+    }
+
+    /// Frames of at least this size are written by their sender when the writer is idle.
+    static let directWriteMinimum = 8 * 1024
+
+    /// Frames of at least this size are recycled: fewer large allocations, so the allocator
+    /// does not hand pages back to the kernel and fault them in again for every message.
+    static let recycledFrameMinimum = 16 * 1024
+
+    private func takeRecycledFrame(capacity: Int) -> [UInt8]? {
+        recycledFrames.withLock { pool -> [UInt8]? in
+            guard let index = pool.lastIndex(where: { $0.capacity >= capacity }) else { return nil }
+            return pool.remove(at: index)
+        }
+    }
+
+    /// Called by the writer with a frame it wrote and no longer references.
+    private func recycle(_ frame: consuming [UInt8]) {
+        let frame = frame
+        guard frame.capacity >= Self.recycledFrameMinimum else { return }
+        recycledFrames.withLock { pool in
+            if pool.count < 4 { pool.append(frame) }
+        }
     }
 
     private func controlFrame(_ opcode: WebSocketOpcode, _ payload: [UInt8]) -> [UInt8] {
@@ -466,27 +528,46 @@ final class WebSocketEngine: Sendable {
     }
 
     private func writeLoop() async {
-        while let batch = await outbound.nextBatch() {
+        // On TCP, large frames are written as they are (no copy) and small ones are batched;
+        // on other streams (TLS) a whole batch goes down in one write, so the layer below sees
+        // few large writes instead of a record per frame header.
+        let coalesceAll = !(stream is TCPStream)
+        while var batch = await outbound.nextBatch() {
             do {
-                var pending: [UInt8] = []
-                for frame in batch.frames {
-                    if frame.count >= 16 * 1024 {
-                        if !pending.isEmpty {
-                            try await stream.write(pending)
-                            pending = []
+                if batch.frames.count == 1 {
+                    let only = batch.frames[0]
+                    batch.frames = []
+                    try await stream.write(only)
+                    if !coalesceAll { recycle(only) }
+                } else if coalesceAll {
+                    var all: [UInt8] = []
+                    all.reserveCapacity(batch.frames.reduce(0) { $0 + $1.count })
+                    for frame in batch.frames { all += frame }
+                    try await stream.write(all)
+                } else {
+                    var pending: [UInt8] = []
+                    let frames = batch.frames
+                    batch.frames = []
+                    for frame in frames {
+                        if frame.count >= 16 * 1024 {
+                            if !pending.isEmpty {
+                                try await stream.write(pending)
+                                pending = []
+                            }
+                            try await stream.write(frame)
+                        } else {
+                            pending += frame
                         }
-                        try await stream.write(frame)
-                    } else {
-                        pending += frame
                     }
+                    if !pending.isEmpty { try await stream.write(pending) }
                 }
-                if !pending.isEmpty { try await stream.write(pending) }
             } catch {
                 let broken = PeerSyncError(.connectionReset, "writing to the WebSocket failed: \(error)")
                 outbound.fail(broken)
                 await stream.close()  // the reader then ends the connection
                 return
             }
+            outbound.endBatch()
             if batch.containsClose {
                 outbound.markCloseWritten()
                 return

@@ -8,7 +8,8 @@ import Foundation
 import PeerSyncCore
 import Synchronization
 
-/// The reactor: one thread blocked in `epoll_wait` for every socket of the process.
+/// The reactor: one thread (named `PeerSyncReactor`) blocked in `epoll_wait` for every socket
+/// of the process.
 ///
 /// Sockets are registered once, edge-triggered, for input and output. I/O syscalls run
 /// directly in the calling task (they are non-blocking); only when one answers `EAGAIN` does
@@ -35,9 +36,20 @@ final class EventLoop: @unchecked Sendable {
 
     private init(epfd: Int32) {
         self.epfd = epfd
-        let thread = Thread { [self] in self.run() }
-        thread.name = "PeerSync.EventLoop"
+        let thread = Thread { [self] in
+            EventLoop.nameCurrentThread("PeerSyncReactor")
+            self.run()
+        }
         thread.start()
+    }
+
+    /// Names the calling thread (15 characters at most; shown in /proc/<pid>/task/*/comm and
+    /// debuggers). `pthread_setname_np` is not exported by Swift's Glibc module.
+    private static func nameCurrentThread(_ name: String) {
+        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = Array(name.utf8.prefix(15)).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        Glibc.close(fd)
     }
 
     /// Registers `socket` for edge-triggered readiness events.
@@ -173,40 +185,20 @@ final class Socket: @unchecked Sendable {
     }
 
     /// Suspends until the reactor reports the direction ready (or returns at once if it was
-    /// reported since the last wait). Throws `.closed` when the socket is closed and
-    /// `.cancelled` when the task is cancelled.
-    func wait(_ direction: Direction) async throws {
+    /// reported since the last wait). Throws `.closed` when the socket is closed and, if
+    /// `cancellable`, `.cancelled` when the task is cancelled. A non-cancellable wait ends only
+    /// with readiness or the socket's close (used where stopping halfway would corrupt the
+    /// stream, e.g. in the middle of a frame).
+    func wait(_ direction: Direction, cancellable: Bool = true) async throws {
+        if !cancellable {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                register(continuation, direction, checkCancellation: false)
+            }
+            return
+        }
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-                enum Action { case resume, fail(PeerSyncError), none }
-                let action = state.withLock { s -> Action in
-                    if s.closed { return .fail(closedStreamError) }
-                    switch direction {
-                    case .read:
-                        if s.readReady { s.readReady = false; return .resume }
-                    case .write:
-                        if s.writeReady { s.writeReady = false; return .resume }
-                    }
-                    if Task.isCancelled { return .fail(PeerSyncError(.cancelled, "socket wait cancelled")) }
-                    switch direction {
-                    case .read:
-                        if s.readWaiter != nil {
-                            return .fail(PeerSyncError(.internalError, "two concurrent reads on one socket"))
-                        }
-                        s.readWaiter = continuation
-                    case .write:
-                        if s.writeWaiter != nil {
-                            return .fail(PeerSyncError(.internalError, "two concurrent writes on one socket"))
-                        }
-                        s.writeWaiter = continuation
-                    }
-                    return .none
-                }
-                switch action {
-                case .resume: continuation.resume()
-                case .fail(let error): continuation.resume(throwing: error)
-                case .none: break
-                }
+                register(continuation, direction, checkCancellation: true)
             }
         } onCancel: {
             let waiter = state.withLock { s -> UnsafeContinuation<Void, any Error>? in
@@ -220,6 +212,39 @@ final class Socket: @unchecked Sendable {
                 }
             }
             waiter?.resume(throwing: PeerSyncError(.cancelled, "socket wait cancelled"))
+        }
+    }
+
+    private func register(_ continuation: UnsafeContinuation<Void, any Error>, _ direction: Direction,
+                          checkCancellation: Bool) {
+        enum Action { case resume, fail(PeerSyncError), none }
+        let action = state.withLock { s -> Action in
+            if s.closed { return .fail(closedStreamError) }
+            switch direction {
+            case .read:
+                if s.readReady { s.readReady = false; return .resume }
+            case .write:
+                if s.writeReady { s.writeReady = false; return .resume }
+            }
+            if checkCancellation && Task.isCancelled { return .fail(PeerSyncError(.cancelled, "socket wait cancelled")) }
+            switch direction {
+            case .read:
+                if s.readWaiter != nil {
+                    return .fail(PeerSyncError(.internalError, "two concurrent reads on one socket"))
+                }
+                s.readWaiter = continuation
+            case .write:
+                if s.writeWaiter != nil {
+                    return .fail(PeerSyncError(.internalError, "two concurrent writes on one socket"))
+                }
+                s.writeWaiter = continuation
+            }
+            return .none
+        }
+        switch action {
+        case .resume: continuation.resume()
+        case .fail(let error): continuation.resume(throwing: error)
+        case .none: break
         }
     }
 

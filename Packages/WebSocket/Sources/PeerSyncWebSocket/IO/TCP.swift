@@ -129,6 +129,12 @@ public final class TCPStream: ByteStream {
     }
 
     public func write(_ bytes: [UInt8]) async throws {
+        try await write(bytes, cancellable: true)
+    }
+
+    /// Writes all of `bytes`. When not `cancellable`, task cancellation does not stop it
+    /// halfway (only completion or the socket's close ends it).
+    func write(_ bytes: [UInt8], cancellable: Bool) async throws {
         var offset = 0
         while offset < bytes.count {
             let (n, error) = try socket.withDescriptor { fd -> (Int, Int32) in
@@ -140,11 +146,11 @@ public final class TCPStream: ByteStream {
             if n > 0 {
                 offset += n
                 // A short write filled the socket buffer: wait for room instead of asking again.
-                if offset < bytes.count { try await socket.wait(.write) }
+                if offset < bytes.count { try await socket.wait(.write, cancellable: cancellable) }
                 continue
             }
             switch error {
-            case EAGAIN, EWOULDBLOCK: try await socket.wait(.write)
+            case EAGAIN, EWOULDBLOCK: try await socket.wait(.write, cancellable: cancellable)
             case EINTR: continue
             default: throw systemError("send", errno: error)
             }
