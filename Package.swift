@@ -153,13 +153,6 @@ let package = Package(
         library("PeerSyncWebSocket", folder: "WebSocket",
                 dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",
                                .target(name: "CEpoll", condition: .when(platforms: [.linux]))]),
-        // transport-bench: `peersync bench transport` until the lead folds it into the CLI.
-        .executableTarget(
-            name: "transport-bench",
-            dependencies: ["PeerSyncWebSocket", "PeerSyncLoopback", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"],
-            path: "Tools/transport-bench",
-            swiftSettings: swiftSettings
-        ),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
                              "PeerSyncAuth", "PeerSyncCore"]),
@@ -202,7 +195,7 @@ let package = Package(
             name: "peersync",
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
-                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport",
+                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncLoopback",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],

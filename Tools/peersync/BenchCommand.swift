@@ -5,13 +5,54 @@ import PeerSync
 /// measured in the same run. Never used as timed assertions in tests.
 enum BenchCommand {
     static func run(_ args: [String]) async throws -> Int32 {
-        guard let what = args.first else { throw UsageError("bench needs a subject: storage") }
+        guard let what = args.first else { throw UsageError("bench needs a subject: storage or transport") }
         switch what {
         case "storage":
             return try await StorageBenchmark.run(Array(args.dropFirst()))
+        case "transport":
+            return try await runTransport(Array(args.dropFirst()))
         default:
-            throw UsageError("unknown benchmark '\(what)' (available: storage)")
+            throw UsageError("unknown benchmark '\(what)' (available: storage, transport)")
         }
+    }
+
+    /// `peersync bench transport [--json] [--transports loopback,ws,wss] [--sizes 1024,65536]
+    /// [--total-mb 100] [--repeat 3] [--idle 1000]`
+    static func runTransport(_ args: [String]) async throws -> Int32 {
+        let parsed = try Arguments(args, valueOptions: ["transports", "sizes", "total-mb", "repeat", "idle"],
+                                   flagOptions: ["json"])
+        try parsed.expectPositionals(0)
+        var options = TransportBenchmark.Options()
+        options.json = parsed.flag("json")
+        if let list = parsed.value("transports") {
+            let names = list.split(separator: ",").map(String.init)
+            guard !names.isEmpty, names.allSatisfy({ ["loopback", "ws", "wss"].contains($0) }) else {
+                throw UsageError("--transports takes a list of loopback, ws, wss")
+            }
+            options.transports = names
+        }
+        if let list = parsed.value("sizes") {
+            let sizes = list.split(separator: ",").compactMap { Int($0) }
+            guard !sizes.isEmpty, sizes.allSatisfy({ $0 > 0 }) else { throw UsageError("--sizes takes positive byte counts") }
+            options.sizes = sizes
+        }
+        if let mb = try parsed.int("total-mb") {
+            guard mb > 0 else { throw UsageError("--total-mb must be at least 1") }
+            options.totalBytes = mb << 20
+        }
+        if let n = try parsed.int("repeat") {
+            guard n > 0 else { throw UsageError("--repeat must be at least 1") }
+            options.repeatCount = n
+        }
+        if let n = try parsed.int("idle") {
+            guard n > 0 else { throw UsageError("--idle must be at least 1") }
+            options.idleConnections = n
+        }
+        #if DEBUG
+        printError("peersync bench: note: this is a debug build; build with -c release for meaningful figures")
+        #endif
+        try await TransportBenchmark.run(options)
+        return 0
     }
 }
 

@@ -29,6 +29,8 @@ struct PeerSyncCLI {
         watch [--count N] [--timeout S]
                              print changes live, also other processes' (until N distinct docs changed)
       peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]
+      peersync bench transport [--json] [--transports loopback,ws,wss] [--sizes 1024,65536]
+                               [--total-mb N] [--repeat N] [--idle N]
       peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL]
                                [--usage server|client|both] [--cn NAME] [--days N]
       peersync identity list [--keystore DIR]

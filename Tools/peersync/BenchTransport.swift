@@ -1,5 +1,4 @@
-// `peersync bench transport` — written as a standalone executable (transport-bench) for now;
-// the lead folds `TransportBenchmark.run(json:)` into the peersync CLI.
+// `peersync bench transport` (see BenchCommand.runTransport for the options).
 //
 // Measures, on 127.0.0.1 in one process:
 // - throughput, one direction, 100 MiB total, 1 KiB and 64 KiB messages, over loopback
