@@ -112,6 +112,25 @@ import Testing
         }
     }
 
+    /// The connector passes the heartbeat down as the WebSocket ping interval, and a peer that
+    /// does not answer a ping is dropped no later than the replicator's reply timeout.
+    @Test func connectorPassesHeartbeatAndDeadPeerTimeout() async throws {
+        try await withTempDirectory { dir in
+            let db = try await openDatabase(dir, "client")
+            var config = ReplicatorConfiguration(target: try Endpoint(url: "ws://127.0.0.1:1/db"))
+            config.addCollection(try db.defaultCollection())
+            config.heartbeat = .seconds(7)
+            config.replyTimeout = .seconds(5)
+            var options = try WebSocketReplicatorConnector().options(for: config)
+            #expect(options.connection.heartbeatInterval == .seconds(7))
+            #expect(options.connection.deadPeerTimeout == .seconds(5))
+            config.replyTimeout = .seconds(120)
+            options = try WebSocketReplicatorConnector().options(for: config)
+            #expect(options.connection.deadPeerTimeout == .seconds(30))
+            try await db.close()
+        }
+    }
+
     @Test func wrongPasswordStopsWithHTTP401WithoutRetrying() async throws {
         try await withTempDirectory { dir in
             let (serverDB, listener) = try await makeListener(dir)
