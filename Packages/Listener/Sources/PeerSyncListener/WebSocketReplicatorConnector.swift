@@ -16,7 +16,8 @@ import PeerSyncWebSocket
 /// - Server trust (`wss` only): `pinnedServerCertificate` wins, then
 ///   `acceptOnlySelfSignedServerCertificate`, then ``trustedRootCertificates`` when set,
 ///   else the system CA roots (the rules of Couchbase Lite's "Authenticating the Listener").
-/// - `headers` are added to the upgrade request; `heartbeat` is the WebSocket ping interval.
+/// - `headers` are added to the upgrade request; `heartbeat` is the WebSocket ping interval;
+///   a ping unanswered for `min(30 s, replyTimeout)` drops the connection as dead.
 ///
 /// `networkInterface` is not supported (the WebSocket client cannot bind to an interface
 /// yet): a configuration that sets it fails with `.invalidArgument`.
@@ -60,6 +61,9 @@ public struct WebSocketReplicatorConnector: Sendable {
         options.handshakeTimeout = connectTimeout
         for (name, value) in config.headers.sorted(by: { $0.key < $1.key }) { options.headers.add(name, value) }
         options.connection.heartbeatInterval = config.heartbeat
+        // A ping unanswered for this long drops the connection (the replicator then goes
+        // offline and retries); never longer than the replicator waits for a reply.
+        options.connection.deadPeerTimeout = min(options.connection.deadPeerTimeout, config.replyTimeout)
         if config.networkInterface != nil {
             throw PeerSyncError(.invalidArgument, "networkInterface is not supported by the WebSocket connector")
         }

@@ -158,12 +158,8 @@ func progress(_ lines: [String]) -> (completed: Int, total: Int)? {
 
     /// The listener process is SIGKILLed mid-replication and restarted on the same port: the
     /// (continuous) client goes offline, reconnects, resumes and gets everything.
-    ///
-    /// DISABLED: the client process never notices that the listener died (no `offline`
-    /// within minutes, and it then does not stop on SIGTERM either), one-shot or continuous.
-    /// Not yet diagnosed: somewhere below the listener (WebSocket client over TLS, BLIP, or
-    /// the replicator's pull loop). Enable once fixed.
-    @Test(.disabled("client does not detect a SIGKILLed listener (undiagnosed, below the listener)"))
+    /// (Was disabled; passes since the continuous-run and reply-timeout fixes in the replicator.)
+    @Test
     func sigkillListenerMidReplication() async throws {
         try await withTempDirectory { dir in
             let serverPath = try await prepareServer(dir)

@@ -54,6 +54,7 @@ import Testing
             pusher.start()
             puller.start()
             #expect(await eventually { pusher.status.activity == .idle })
+            #expect(await eventually { puller.status.activity == .idle })
             #expect(await eventually { listener.status.activeConnectionCount == 2 })
 
             try await addDocuments(server, prefix: "live-s", count: 5)
@@ -88,10 +89,8 @@ import Testing
         }
     }
 
-    /// One continuous push-and-pull replicator: live changes pulled from the listener arrive,
-    /// but the client's live changes are not pushed (replicator engine, not the listener:
-    /// the same session pushes fine when push-only). Kept as a known issue so that it shows
-    /// up as fixed when the engine is.
+    /// One continuous push-and-pull replicator: live changes on both sides arrive, and it
+    /// goes back to idle.
     @Test func continuousPushAndPullWithOneReplicator() async throws {
         try await withTempDirectory { dir in
             let (serverDB, listener) = try await makeListener(dir)
@@ -103,14 +102,32 @@ import Testing
             try await addDocuments(server, prefix: "live-s", count: 3)
             try await addDocuments(client, prefix: "live-c", count: 3)
             #expect(await eventually(timeout: .seconds(10)) { (try? await client.count) == 6 })
-            await withKnownIssue("continuous push-and-pull does not push live local changes (replicator engine)") {
-                #expect(await eventually(timeout: .seconds(10)) { (try? await server.count) == 6 })
-            }
+            #expect(await eventually(timeout: .seconds(10)) { (try? await server.count) == 6 })
+            #expect(await eventually { replicator.status.activity == .idle })
             replicator.stop()
             await replicator.waitUntilStopped()
             await listener.stop()
             try await clientDB.close()
             try await serverDB.close()
+        }
+    }
+
+    /// The connector passes the heartbeat down as the WebSocket ping interval, and a peer that
+    /// does not answer a ping is dropped no later than the replicator's reply timeout.
+    @Test func connectorPassesHeartbeatAndDeadPeerTimeout() async throws {
+        try await withTempDirectory { dir in
+            let db = try await openDatabase(dir, "client")
+            var config = ReplicatorConfiguration(target: try Endpoint(url: "ws://127.0.0.1:1/db"))
+            config.addCollection(try db.defaultCollection())
+            config.heartbeat = .seconds(7)
+            config.replyTimeout = .seconds(5)
+            var options = try WebSocketReplicatorConnector().options(for: config)
+            #expect(options.connection.heartbeatInterval == .seconds(7))
+            #expect(options.connection.deadPeerTimeout == .seconds(5))
+            config.replyTimeout = .seconds(120)
+            options = try WebSocketReplicatorConnector().options(for: config)
+            #expect(options.connection.deadPeerTimeout == .seconds(30))
+            try await db.close()
         }
     }
 

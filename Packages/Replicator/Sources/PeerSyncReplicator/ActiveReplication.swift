@@ -92,8 +92,17 @@ struct ActiveReplication: Sendable {
                     _ = await session.blip.waitUntilClosed()
                     throw PeerSyncError(.connectionClosed, "the replication connection closed")
                 }
-                try await group.next()
-                group.cancelAll()
+                // Push and pull tasks may finish (a pull that caught up, a collection
+                // without changes feed): that must not end the others. The run ends only
+                // when a task throws, the connection-closed watcher at the latest; leaving
+                // the group then cancels the rest; the connection is closed first so that the
+                // watcher (which waits for the close, not for cancellation) ends too.
+                do {
+                    while try await group.next() != nil {}
+                } catch {
+                    await session.stop()
+                    throw error
+                }
             } else {
                 try await group.waitForAll()
             }

@@ -62,6 +62,22 @@ actor ReplicationSession {
     private var pullStates: [Int: PullState] = [:]
     private var closed = false
 
+    /// What keeps the session busy: a push not caught up, or a pull not caught up or with
+    /// revisions still pending. The session is idle when the set is empty.
+    enum BusyPart: Hashable { case push(Int), pull(Int) }
+    private var busyParts: Set<BusyPart> = []
+    private var reportedBusy: Bool?
+
+    /// Records whether `part` is busy and reports a change of the whole session's state
+    /// (busy while any direction of any collection is busy) through `events.busy`.
+    private func setBusy(_ part: BusyPart, _ busy: Bool) {
+        if busy { busyParts.insert(part) } else { busyParts.remove(part) }
+        let now = !busyParts.isEmpty
+        guard now != reportedBusy else { return }
+        reportedBusy = now
+        events.busy(now)
+    }
+
     struct PullBatch {
         var lastSequence: JSONValue
         var pending: Set<String>
@@ -297,6 +313,8 @@ actor ReplicationSession {
         var since = start
         var sentCaughtUp = false
         var firstFailure: UInt64?
+        setBusy(.push(index), true)
+        defer { setBusy(.push(index), false) }
         while !closed, !Task.isCancelled {
             let changes = try await sc.collection.changes(since: since, limit: batchSize)
             if changes.isEmpty {
@@ -308,11 +326,11 @@ actor ReplicationSession {
                                                         properties: props, body: Array("[]".utf8)))
                 }
                 guard continuous, iterator != nil else { return }
-                events.busy(false)
+                setBusy(.push(index), false)
                 guard await iterator?.next() != nil else { return }
                 continue
             }
-            events.busy(true)
+            setBusy(.push(index), true)
             var candidates: [ChangeEntry] = []
             for change in changes {
                 if let docIDs, !docIDs.contains(change.docID) { continue }
@@ -572,6 +590,7 @@ actor ReplicationSession {
     /// Active: subscribes to the peer's changes of collection `index`.
     func subscribe(index: Int, since: JSONValue?, continuous: Bool, docIDs: [String]?, channels: [String]?) async throws {
         pullStates[index] = PullState()
+        setBusy(.pull(index), true)
         var props = collectionProperty(index)
         if let since { props["since"] = since.canonicalString }
         if continuous { props["continuous"] = "true" }
@@ -607,6 +626,7 @@ actor ReplicationSession {
             state.waiters = []
         }
         pullStates[index] = state
+        setBusy(.pull(index), !state.isIdle)
     }
 
     private func handleChanges(_ request: BLIPRequest, proposed: Bool) async throws -> BLIPMessage? {
@@ -620,7 +640,7 @@ actor ReplicationSession {
             if !proposed { updatePull(index) { $0.caughtUp = true } }
             return BLIPMessage(type: .response, body: Array("[]".utf8))
         }
-        if !proposed { events.busy(true) }
+        if !proposed { setBusy(.pull(index), true) }
         var answers: [JSONValue] = []
         var requested = Set<String>()
         var lastSequence: JSONValue = .null

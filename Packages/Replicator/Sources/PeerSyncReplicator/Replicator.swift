@@ -310,6 +310,8 @@ public final class Replicator: Sendable {
                 self?.setStatus { $0.progress.completed += done; $0.progress.total += total }
             },
             busy: { [weak self] busy in
+                // A one-shot replicator is busy until it stops; only continuous ones idle.
+                guard busy || cfg.continuous else { return }
                 self?.setStatus { s in
                     if s.activity == .busy || s.activity == .idle || s.activity == .connecting { s.activity = busy ? .busy : .idle }
                 }

@@ -1,3 +1,4 @@
+import Foundation
 import PeerSyncBLIP
 import PeerSyncCore
 import PeerSyncTransport
@@ -42,19 +43,75 @@ extension BLIPConnection {
 }
 
 /// Runs `operation`, throwing `.timeout` if it has not finished after `limit`.
+///
+/// Returns (or throws) as soon as the first of: the operation finishes, the limit passes,
+/// the calling task is cancelled (`CancellationError`). The operation runs in its own task
+/// and is cancelled then, but it is not awaited: a BLIP reply that never comes does not
+/// respond to cancellation, and awaiting it would turn the timeout into a hang. Callers
+/// close the connection after a timeout, which ends the operation.
 func withTimeout<T: Sendable>(_ limit: Duration, _ what: String,
                               _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await operation() }
-        group.addTask {
-            try await Task.sleep(for: limit)
-            throw PeerSyncError(.timeout, "no answer from the peer within \(limit)", context: ["waitingFor": what])
+    let race = TimeoutRace<T>()
+    return try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            race.begin(continuation)
+            let op = Task {
+                do { race.finish(.success(try await operation())) } catch { race.finish(.failure(error)) }
+            }
+            let timer = Task {
+                do { try await Task.sleep(for: limit) } catch { return }
+                race.finish(.failure(PeerSyncError(.timeout, "no answer from the peer within \(limit)", context: ["waitingFor": what])))
+            }
+            race.onFinish { op.cancel(); timer.cancel() }
         }
-        defer { group.cancelAll() }
-        guard let result = try await group.next() else {
-            throw PeerSyncError(.internalError, "timeout group ended without a result")
+    } onCancel: {
+        race.finish(.failure(CancellationError()))
+    }
+}
+
+/// The first result of a ``withTimeout(_:_:_:)`` race wins; later ones are dropped.
+/// `@unchecked Sendable`: every field is only touched under `lock`.
+private final class TimeoutRace<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var early: Result<T, any Error>?
+    private var done = false
+    private var cleanup: (@Sendable () -> Void)?
+
+    func begin(_ c: CheckedContinuation<T, any Error>) {
+        lock.lock()
+        if let early {
+            lock.unlock()
+            c.resume(with: early)
+            return
         }
-        return result
+        continuation = c
+        lock.unlock()
+    }
+
+    func onFinish(_ action: @escaping @Sendable () -> Void) {
+        lock.lock()
+        if done {
+            lock.unlock()
+            action()
+            return
+        }
+        cleanup = action
+        lock.unlock()
+    }
+
+    func finish(_ result: Result<T, any Error>) {
+        lock.lock()
+        guard !done else { lock.unlock(); return }
+        done = true
+        let c = continuation
+        continuation = nil
+        if c == nil { early = result }
+        let action = cleanup
+        cleanup = nil
+        lock.unlock()
+        c?.resume(with: result)
+        action?()
     }
 }
 
