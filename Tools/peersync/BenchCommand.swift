@@ -1,3 +1,4 @@
+import PeerSyncCore
 import Foundation
 import PeerSync
 
@@ -277,15 +278,4 @@ struct RawStore {
     func close() { closeBody() }
 }
 
-/// SplitMix64: deterministic keys for the read benchmark.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+typealias SeededGenerator = SplitMix64

@@ -5,17 +5,7 @@ import PeerSyncLoopback
 import PeerSyncReplicator
 import Testing
 
-/// A small deterministic generator (SplitMix64) so every seed replays exactly.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+typealias SeededRandom = SplitMix64
 
 @Suite struct ConvergenceTests {
     /// Several peers make random saves, deletes and conflicting edits, then sync in a random
