@@ -1,4 +1,5 @@
 import Foundation
+import PeerSyncBLIP
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncLoopback
@@ -138,5 +139,41 @@ final class ByteTally: Sendable {
         #expect(without.pushed > 30_000 && without.pulled > 30_000, "without deltas: \(without)")
         #expect(with.pushed * 3 < without.pushed, "push bytes with deltas \(with.pushed), without \(without.pushed)")
         #expect(with.pulled * 3 < without.pulled, "pull bytes with deltas \(with.pulled), without \(without.pulled)")
+    }
+
+    /// A passive receiver answers HTTP/422 to deltas against an unknown or deleted base and to
+    /// corrupt deltas, stores nothing for them, and applies a good delta.
+    @Test func receiverRejectsBadDeltasWith422() async throws {
+        try await withPeers(2) { p in
+            try p[1].listen(options: .init(enableDeltaSync: true))
+            let b = try p[1].defaultCollection
+            let base = try await save(b, "doc", ["a": 1, "s": "hello world"])
+            let baseRev = try #require(base.revisionID)
+            let conn = try await p[1].connector()(ReplicatorConfiguration(target: p[1].endpoint))
+            let blip = try BLIPConnection(connection: conn)
+            await blip.start()
+            let open = try await blip.sendRequest(.request("getCollections", body: Array(
+                #"{"checkpoint_ids":["cp-test"],"collections":["_default"]}"#.utf8)))
+            #expect(!open.isError)
+            let gen = (Int(baseRev.prefix { $0 != "-" }) ?? 1) + 1
+            func rev(_ n: Int, deltaSrc: String, _ delta: String) async throws -> BLIPMessage {
+                let revID = "\(gen)-" + String(repeating: String(n), count: 8)
+                return try await blip.sendRequest(.request("rev", properties: [
+                    ("collection", "0"), ("id", "doc"), ("rev", revID), ("history", baseRev), ("deltaSrc", deltaSrc),
+                ], body: Array(delta.utf8)))
+            }
+            let unknown = try await rev(1, deltaSrc: "1-abcdef", #"{"a":2}"#)
+            #expect(unknown.errorDomain == "HTTP" && unknown.errorCode == 422)
+            let corrupt = try await rev(2, deltaSrc: baseRev, #"{"s":["3=",0,2]}"#)
+            #expect(corrupt.errorDomain == "HTTP" && corrupt.errorCode == 422)
+            let notAnObject = try await rev(3, deltaSrc: baseRev, #"[5]"#)
+            #expect(notAnObject.isError)
+            #expect(try await b.document(id: "doc")?.revisionID == baseRev)
+            let good = try await rev(4, deltaSrc: baseRev, #"{"a":[],"s":["5=1-1+_|5=",0,2],"t":[[1]]}"#)
+            #expect(!good.isError)
+            let doc = try #require(try await b.document(id: "doc"))
+            #expect(JSONValue.object(doc.properties) == ["s": "hello_world", "t": [1]])
+            await blip.close()
+        }
     }
 }
