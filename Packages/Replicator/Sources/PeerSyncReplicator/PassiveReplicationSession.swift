@@ -15,8 +15,10 @@ public struct PassiveReplicationSession: Sendable {
     public struct Options: Sendable {
         /// Peers may pull but not push (pushes are answered `HTTP`/403).
         public var readOnly: Bool
-        /// Offer delta sync. Accepted for API stability; delta encoding is not implemented
-        /// yet, so revisions are always sent whole.
+        /// Delta sync: replies to the peer's `changes`/`proposeChanges` carry `deltas: true`,
+        /// so the peer may push revisions as JSON deltas (see ``JSONDelta``), and revisions
+        /// this side sends to a subscribed peer go as deltas when it offers them (active peers
+        /// always do). When `false` (the default) every revision travels whole.
         public var enableDeltaSync: Bool
         /// How long to wait for the peer to answer a request before closing the connection.
         public var replyTimeout: Duration
@@ -36,7 +38,8 @@ public struct PassiveReplicationSession: Sendable {
     public init(connection: BLIPConnection, database: Database, collections: [Collection], options: Options = Options()) {
         session = ReplicationSession(blip: connection, database: database, role: .passive,
                                      collections: collections.map { SessionCollection(collection: $0, config: CollectionConfiguration()) },
-                                     readOnly: options.readOnly, replyTimeout: options.replyTimeout)
+                                     readOnly: options.readOnly, enableDeltaSync: options.enableDeltaSync,
+                                     replyTimeout: options.replyTimeout)
     }
 
     /// Serves the peer; returns when the connection has closed (either side).

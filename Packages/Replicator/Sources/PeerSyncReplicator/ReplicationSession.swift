@@ -40,7 +40,15 @@ actor ReplicationSession {
     let events: SessionEvents
     let replyTimeout: Duration
     let readOnly: Bool
+    /// Passive: advertise `deltas: true` in `changes`/`proposeChanges` replies and send
+    /// deltas to a peer that advertises them (LiteCore's listener option). The active side
+    /// always does both.
+    let enableDeltaSync: Bool
     let maxHistory = 50
+    /// Delta sync tuning (LiteCore's): only bodies of at least this many bytes are sent as
+    /// deltas, and only when the delta is at most `maxDeltaRatio` × the body.
+    static let minDeltaBodySize = 200
+    static let maxDeltaRatio = 1.2
     let batchSize = 200
 
     /// Collections in protocol-index order (active: the configured ones; passive: those the
@@ -92,7 +100,9 @@ actor ReplicationSession {
     }
 
     init(blip: BLIPConnection, database: Database, role: Role, collections: [SessionCollection],
-         readOnly: Bool = false, replyTimeout: Duration = .seconds(60), events: SessionEvents = SessionEvents()) {
+         readOnly: Bool = false, enableDeltaSync: Bool = false, replyTimeout: Duration = .seconds(60),
+         events: SessionEvents = SessionEvents()) {
+        self.enableDeltaSync = enableDeltaSync
         self.blip = blip
         self.database = database
         self.role = role
@@ -436,12 +446,13 @@ actor ReplicationSession {
                 }
             }
             let maxHistory = reply.properties.int("maxHistory") ?? self.maxHistory
+            let deltas = reply.properties.bool("deltas")
             let outcomes = try await withThrowingTaskGroup(of: (Proposal, PeerSyncError?).self) { group in
                 for p in toSend {
                     group.addTask {
                         let error = try await self.sendRev(index: index, sc: sc, docID: p.docID, revID: p.revID,
                                                            sequence: String(p.sequence), known: p.serverRev.map { [$0] } ?? [],
-                                                           maxHistory: maxHistory, noConflicts: true)
+                                                           maxHistory: maxHistory, noConflicts: true, deltas: deltas)
                         return (p, error)
                     }
                 }
@@ -498,6 +509,7 @@ actor ReplicationSession {
                                             flags: [.compressed]), "changes").checked("changes")
         let answers = try JSONValue.parse(reply.body, "changes reply").arrayValue ?? []
         let maxHistory = reply.properties.int("maxHistory") ?? self.maxHistory
+        let deltas = reply.properties.bool("deltas")
         let outcomes = try await withThrowingTaskGroup(of: (ChangeEntry, PeerSyncError?, Bool).self) { group in
             for (i, c) in changes.enumerated() {
                 guard i < answers.count, let known = answers[i].arrayValue else { continue }
@@ -505,7 +517,7 @@ actor ReplicationSession {
                 group.addTask {
                     let error = try await self.sendRev(index: index, sc: sc, docID: c.docID, revID: c.revID,
                                                        sequence: String(c.sequence), known: knownRevs,
-                                                       maxHistory: maxHistory, noConflicts: false)
+                                                       maxHistory: maxHistory, noConflicts: false, deltas: deltas)
                     return (c, error, true)
                 }
             }
@@ -526,8 +538,13 @@ actor ReplicationSession {
     }
 
     /// Sends one `rev`; returns the per-document error (nil on success). Transport failures throw.
+    ///
+    /// With `deltas` (the peer's reply advertised `deltas: true`), a live revision whose body
+    /// is at least ``minDeltaBodySize`` bytes goes as a delta against the first of `known`
+    /// whose live body is still stored here, when the delta is at most ``maxDeltaRatio`` ×
+    /// the body; if the peer answers `HTTP`/422 (unknown base, bad delta) the full body is sent.
     private func sendRev(index: Int, sc: SessionCollection, docID: String, revID: RevisionID, sequence: String,
-                         known: [RevisionID], maxHistory: Int, noConflicts: Bool) async throws -> PeerSyncError? {
+                         known: [RevisionID], maxHistory: Int, noConflicts: Bool, deltas: Bool = false) async throws -> PeerSyncError? {
         var props = collectionProperty(index)
         props["id"] = docID
         props["rev"] = revID.description
@@ -552,12 +569,38 @@ actor ReplicationSession {
         if !history.isEmpty { props["history"] = history.map(\.description).joined(separator: ",") }
         if info.isDeleted { props["deleted"] = "1" }
         if noConflicts { props["noconflicts"] = "1" }
-        let reply = try await send(.request("rev", properties: props, body: JSONValue.object(body).json,
-                                            flags: [.compressed]), "rev")
+        let full = JSONValue.object(body).json
+        var reply: BLIPMessage
+        if deltas, role == .active || enableDeltaSync, !info.isDeleted, full.count >= Self.minDeltaBodySize,
+           let (base, delta) = try await deltaBody(sc: sc, docID: docID, revs: revs, body: body, bodySize: full.count, known: known) {
+            var deltaProps = props
+            deltaProps["deltaSrc"] = base.description
+            reply = try await send(.request("rev", properties: deltaProps, body: delta, flags: [.compressed]), "rev")
+            if reply.isError, reply.errorDomain == "HTTP", reply.errorCode == 422 {
+                reply = try await send(.request("rev", properties: props, body: full, flags: [.compressed]), "rev")
+            }
+        } else {
+            reply = try await send(.request("rev", properties: props, body: full, flags: [.compressed]), "rev")
+        }
         if reply.isError {
             return PeerSyncError(reply.errorCode == 409 ? .conflict : .replicationFailed,
                                  "the peer refused the revision: \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)",
                                  context: ["docID": docID, "status": String(reply.errorCode ?? 0)])
+        }
+        return nil
+    }
+
+    /// The base revision and encoded delta for sending `body` to a peer that has `known`, or
+    /// nil when no known live revision's body is stored or the delta is too large.
+    private func deltaBody(sc: SessionCollection, docID: String, revs: DocumentRevisions, body: [String: JSONValue],
+                           bodySize: Int, known: [RevisionID]) async throws -> (RevisionID, [UInt8])? {
+        for base in known {
+            guard let info = revs.revision(base), !info.isDeleted,
+                  let baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else { continue }
+            let delta = JSONDelta.create(old: .object(baseBody), new: .object(body)) ?? .object([:])
+            let bytes = delta.json
+            guard Double(bytes.count) <= Self.maxDeltaRatio * Double(bodySize) else { return nil }
+            return (base, bytes)
         }
         return nil
     }
@@ -687,8 +730,9 @@ actor ReplicationSession {
             updatePull(index) { $0.batches.append(PullBatch(lastSequence: seq, pending: pending)) }
         }
         while answers.last == .int(0) { answers.removeLast() }
-        return BLIPMessage(type: .response, properties: [("maxHistory", String(maxHistory)), ("blobs", "true")],
-                           body: JSONValue.array(answers).json)
+        var replyProps: BLIPProperties = [("maxHistory", String(maxHistory)), ("blobs", "true")]
+        if role == .active || enableDeltaSync { replyProps["deltas"] = "true" }
+        return BLIPMessage(type: .response, properties: replyProps, body: JSONValue.array(answers).json)
     }
 
     private func handleNoRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
@@ -727,7 +771,19 @@ actor ReplicationSession {
             }
         }
         let deleted = props.bool("deleted")
-        guard var body = try JSONValue.parse(request.body, "rev").objectValue else {
+        let parsed = try JSONValue.parse(request.body, "rev")
+        var newBody: JSONValue = parsed
+        if let src = props["deltaSrc"] {
+            guard let base = try? RevisionID(src), let revs = try await sc.collection.revisions(of: docID),
+                  let info = revs.revision(base), !info.isDeleted,
+                  let baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else {
+                throw blipError("HTTP", 422, "unknown delta base revision \(src)")
+            }
+            do { newBody = try JSONDelta.apply(parsed, to: .object(baseBody)) } catch {
+                throw blipError("HTTP", 422, error.message)
+            }
+        }
+        guard var body = newBody.objectValue else {
             throw blipError("HTTP", 400, "revision body must be a JSON object")
         }
         for key in body.keys where key.hasPrefix("_") { body[key] = nil }
