@@ -128,7 +128,7 @@ public enum WebSocketHandshake {
             "Sec-WebSocket-Key": key,
             "Sec-WebSocket-Version": "13",
         ]
-        if !subprotocols.isEmpty { headers.add("Sec-WebSocket-Protocol", subprotocols.joined(separator: ", ")) }
+        if !subprotocols.isEmpty { headers.add("Sec-WebSocket-Protocol", subprotocols.joined(separator: ",")) }
         if let authorization { headers.add("Authorization", authorization) }
         let reserved = ["host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
                         "sec-websocket-protocol", "sec-websocket-extensions"]
