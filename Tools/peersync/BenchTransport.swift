@@ -148,20 +148,7 @@ enum TransportBenchmark {
         async let accepted = listener.accept()
         let client = try await TCPStream.connect(host: "127.0.0.1", port: listener.port)
         let server = try await accepted
-        let payload = [UInt8](repeating: 0xAB, count: chunk)
-        let count = totalBytes / chunk
-        let start = ContinuousClock.now
-        async let received: Int = {
-            var bytes = 0
-            while bytes < count * chunk, let data = try await server.read(maxBytes: 256 * 1024) { bytes += data.count }
-            return bytes
-        }()
-        for _ in 0..<count { try await client.write(payload) }
-        _ = try await received
-        let seconds = (ContinuousClock.now - start).seconds
-        await client.close()
-        await server.close()
-        return Double(count * chunk) / Double(1 << 20) / seconds
+        return try await streamThroughput(from: client, to: server, chunk: chunk, totalBytes: totalBytes, readSize: 256 * 1024)
     }
 
     /// MiB/s of TLSStream alone over our TCP (no WebSocket framing): a diagnostic that splits
@@ -176,12 +163,19 @@ enum TransportBenchmark {
         let client = try await TLSStream.handshake(
             over: clientTCP, configuration: .client(serverName: "127.0.0.1", serverTrust: .pinned(identity.certificate)))
         let server = try await serverTLS
+        return try await streamThroughput(from: client, to: server, chunk: chunk, totalBytes: totalBytes, readSize: 64 * 1024)
+    }
+
+    /// MiB/s of writing `totalBytes` in `chunk`-sized writes from `client` while `server`
+    /// reads them; closes both streams afterwards.
+    static func streamThroughput(from client: any ByteStream, to server: any ByteStream, chunk: Int,
+                                 totalBytes: Int, readSize: Int) async throws -> Double {
         let payload = [UInt8](repeating: 0xAB, count: chunk)
         let count = totalBytes / chunk
         let start = ContinuousClock.now
         async let received: Int = {
             var bytes = 0
-            while bytes < count * chunk, let data = try await server.read(maxBytes: 64 * 1024) { bytes += data.count }
+            while bytes < count * chunk, let data = try await server.read(maxBytes: readSize) { bytes += data.count }
             return bytes
         }()
         for _ in 0..<count { try await client.write(payload) }
