@@ -15,6 +15,7 @@ struct ActiveReplication: Sendable {
     let continuous: Bool
     let reset: Bool
     let remoteURL: String
+    var enableAutoPurge = true
     let replyTimeout: Duration
     let events: SessionEvents
 
@@ -28,7 +29,7 @@ struct ActiveReplication: Sendable {
     func run(connection: any MessageConnection) async throws {
         let blip = try BLIPConnection(connection: connection)
         let session = ReplicationSession(blip: blip, database: database, role: .active, collections: collections,
-                                         replyTimeout: replyTimeout, events: events)
+                                         enableAutoPurge: enableAutoPurge, replyTimeout: replyTimeout, events: events)
         await session.registerHandlers()
         await blip.start()
         do {

@@ -44,6 +44,8 @@ actor ReplicationSession {
     /// deltas to a peer that advertises them (LiteCore's listener option). The active side
     /// always does both.
     let enableDeltaSync: Bool
+    /// Active: purge documents the peer revoked access to (see `Revocation.swift`).
+    let enableAutoPurge: Bool
     let maxHistory = 50
     /// Delta sync tuning (LiteCore's): only bodies of at least this many bytes are sent as
     /// deltas, and only when the delta is at most `maxDeltaRatio` × the body.
@@ -100,9 +102,10 @@ actor ReplicationSession {
     }
 
     init(blip: BLIPConnection, database: Database, role: Role, collections: [SessionCollection],
-         readOnly: Bool = false, enableDeltaSync: Bool = false, replyTimeout: Duration = .seconds(60),
-         events: SessionEvents = SessionEvents()) {
+         readOnly: Bool = false, enableDeltaSync: Bool = false, enableAutoPurge: Bool = true,
+         replyTimeout: Duration = .seconds(60), events: SessionEvents = SessionEvents()) {
         self.enableDeltaSync = enableDeltaSync
+        self.enableAutoPurge = enableAutoPurge
         self.blip = blip
         self.database = database
         self.role = role
@@ -639,6 +642,7 @@ actor ReplicationSession {
         if continuous { props["continuous"] = "true" }
         props["batch"] = String(batchSize)
         props["versioning"] = "rev-trees"
+        props["revocations"] = "true"
         if let channels, !channels.isEmpty {
             props["filter"] = "sync_gateway/bychannel"
             props["channels"] = channels.joined(separator: ",")
@@ -709,6 +713,12 @@ actor ReplicationSession {
                 }
             } else {
                 lastSequence = e[0]
+                if role == .active, Self.isRevocation(e.count > 3 ? e[3] : nil) {
+                    answers.append(.int(0))
+                    remoteRevs[index]?[docID] = nil
+                    await applyRevocation(sc: sc, docID: docID)
+                    continue
+                }
                 if let revs, revs.revision(revID) != nil {
                     answers.append(.int(0))
                     remoteRevs[index, default: [:]][docID] = revID
@@ -785,6 +795,12 @@ actor ReplicationSession {
         }
         guard var body = newBody.objectValue else {
             throw blipError("HTTP", 400, "revision body must be a JSON object")
+        }
+        if role == .active, Self.isRemovedBody(body) {
+            remoteRevs[index]?[docID] = nil
+            await applyRevocation(sc: sc, docID: docID)
+            events.progress(1, 0)
+            return nil
         }
         for key in body.keys where key.hasPrefix("_") { body[key] = nil }
         let flags: DocumentFlags = deleted ? .deleted : []

@@ -41,8 +41,12 @@ public struct ReplicatorConfiguration: Sendable {
     public var maxAttempts = 0
     /// Upper bound of the exponential backoff between attempts; default 300 s.
     public var maxAttemptWaitTime: Duration = .seconds(300)
-    /// Purge documents the peer revoked access to. Default true. (Peer-to-peer listeners never
-    /// revoke access; Sync Gateway revocations are not handled yet.)
+    /// Purge documents the peer revoked access to (a revocation flag in `changes`, or a
+    /// pulled revision with `"_removed": true`), as Couchbase Lite does. Default true. Either
+    /// way a document replication event with ``DocumentFlags/accessRemoved`` is emitted; when
+    /// false (or when the collection has a `documentIDs` filter, or its pull filter refuses
+    /// the document with that flag) the document is kept. Peer-to-peer listeners never revoke
+    /// access; Sync Gateway does.
     public var enableAutoPurge = true
     /// PeerSync extension: how long an awaited reply may take before the connection is
     /// considered dead (then retried). Default 60 s.
@@ -328,6 +332,7 @@ public final class Replicator: Sendable {
                 let run = ActiveReplication(database: database, collections: collections,
                                             push: cfg.replicatorType != .pull, pull: cfg.replicatorType != .push,
                                             continuous: cfg.continuous, reset: resetNext, remoteURL: cfg.target.description,
+                                            enableAutoPurge: cfg.enableAutoPurge,
                                             replyTimeout: min(cfg.replyTimeout, cfg.heartbeat), events: events)
                 resetNext = false
                 try await withTaskCancellationHandler {

@@ -1,0 +1,84 @@
+import Foundation
+import PeerSyncBLIP
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncLoopback
+import PeerSyncReplicator
+import PeerSyncTransport
+import Synchronization
+import Testing
+
+/// Loss of access on the pull side: a revocation flag in `changes` and a `_removed` rev,
+/// sent by a scripted peer (P2P listeners never revoke).
+@Suite struct RevocationTests {
+    @Test(arguments: [true, false])
+    func revokedDocumentsArePurgedOrKept(autoPurge: Bool) async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            try await save(local, "d1", ["v": 1])
+            try await save(local, "d2", ["v": 2])
+            let changesReply = Mutex<JSONValue?>(nil)
+            let revReplies = Mutex<[String]>([])
+            let peer = try ScriptedPeer(network: peers[0].network) { blip in
+                // d1: access revoked (flag 2); d2: a normal change whose rev says _removed;
+                // d3: a normal new document.
+                let changes: JSONValue = [[1, "d1", .string(fakeRev(2, "d1")), 2],
+                                          [2, "d2", .string(fakeRev(2, "d2")), 0],
+                                          [3, "d3", .string(fakeRev(1, "d3")), 0]]
+                let reply = try await blip.sendRequest(.request("changes", properties: [("collection", "0")], body: changes.canonicalData))
+                changesReply.withLock { $0 = try? JSONValue(parsing: reply.body) }
+                for (seq, id, body) in [(2, "d2", JSONValue.object(["_removed": true])), (3, "d3", ["x": 1])] {
+                    let gen = id == "d2" ? 2 : 1
+                    let r = try await blip.sendRequest(.request("rev", properties: [
+                        ("collection", "0"), ("id", id), ("rev", fakeRev(gen, id)), ("sequence", String(seq)),
+                    ], body: body.canonicalData))
+                    revReplies.withLock { $0.append(r.isError ? "\(id): \(r.errorCode ?? 0)" : "\(id): ok") }
+                }
+                try await blip.sendNoReply(.request("changes", properties: [("collection", "0")], body: Array("[]".utf8)))
+            }
+            var cfg = ReplicatorConfiguration(target: peer.endpoint)
+            cfg.replicatorType = .pull
+            cfg.enableAutoPurge = autoPurge
+            cfg.replyTimeout = .seconds(10)
+            cfg.maxAttempts = 1
+            cfg.addCollection(local)
+            let log = EventLog()
+            let replicator = try Replicator(config: cfg, connector: peer.connector())
+            replicator.addDocumentReplicationListener { e in log.events.withLock { $0.append(e) } }
+            replicator.start()
+            await replicator.waitUntilStopped()
+            #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+            #expect(peer.scriptErrors.isEmpty)
+            // The revoked revision is not requested; the other two are.
+            let reply = try #require(changesReply.withLock { $0 }?.arrayValue)
+            #expect(reply.first == .int(0))
+            #expect(reply.count == 3 && reply[1].arrayValue != nil && reply[2].arrayValue != nil)
+            #expect(revReplies.withLock { $0 } == ["d2: ok", "d3: ok"])
+
+            #expect(try await eventually {
+                Set(log.documents.filter { $0.flags.contains(.accessRemoved) }.map(\.id)) == ["d1", "d2"]
+            })
+            #expect(log.documents.allSatisfy { $0.error == nil })
+            #expect(try await local.document(id: "d3")?.properties == ["x": 1])
+            if autoPurge {
+                #expect(try await local.revisions(of: "d1") == nil)
+                #expect(try await local.revisions(of: "d2") == nil)
+            } else {
+                #expect(try await local.document(id: "d1")?.properties == ["v": 1])
+                #expect(try await local.document(id: "d2")?.properties == ["v": 2])
+            }
+
+            // Purged documents leave no tombstone: a later push does not send them back.
+            try await save(local, "later", ["v": 3])
+            cfg.replicatorType = .push
+            let pusher = try Replicator(config: cfg, connector: peer.connector())
+            pusher.start()
+            await pusher.waitUntilStopped()
+            #expect(pusher.status.error == nil)
+            let proposed = Set(peer.proposed)
+            #expect(proposed.contains("later"))
+            #expect(proposed.contains("d1") == !autoPurge && proposed.contains("d2") == !autoPurge)
+            await peer.close()
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import Foundation
+import PeerSyncBLIP
+import PeerSyncCore
+import PeerSyncLoopback
+import PeerSyncReplicator
+import PeerSyncTransport
+import Synchronization
+
+/// A passive stand-in speaking raw BLIP over loopback, for behaviour real listeners never
+/// show (e.g. revocations, which only Sync Gateway sends). It answers `getCollections` (the
+/// default collection, no checkpoint), `getCheckpoint` (404), `setCheckpoint`,
+/// `proposeChanges` (every entry 304, the doc IDs recorded) and, on `subChanges`, runs
+/// `script` with the connection (after replying).
+final class ScriptedPeer: Sendable {
+    let endpoint: Endpoint
+    let network: LoopbackNetwork
+    final class Record: Sendable {
+        /// Doc IDs the client proposed.
+        let proposed = Mutex<[String]>([])
+        /// Errors thrown by the script (a test expects none).
+        let scriptErrors = Mutex<[String]>([])
+    }
+    let record = Record()
+    var proposed: [String] { record.proposed.withLock { $0 } }
+    var scriptErrors: [String] { record.scriptErrors.withLock { $0 } }
+    private let listener: LoopbackListener
+    private let acceptTask = Mutex<Task<Void, Never>?>(nil)
+
+    init(network: LoopbackNetwork, script: @escaping @Sendable (BLIPConnection) async throws -> Void) throws {
+        self.network = network
+        endpoint = try Endpoint(url: "loopback://scripted-\(UUID().uuidString.prefix(8))/db")
+        let l = try LoopbackTransport(network: network, host: endpoint.host).listenLoopback(on: endpoint.with(port: nil))
+        listener = l
+        let task = Task { [record] in
+            await withTaskGroup(of: Void.self) { group in
+                while let conn = try? await l.accept() {
+                    guard let blip = try? BLIPConnection(connection: conn) else { continue }
+                    await Self.register(blip, record: record, script: script)
+                    group.addTask {
+                        await blip.start()
+                        _ = await blip.waitUntilClosed()
+                    }
+                }
+                group.cancelAll()
+            }
+        }
+        acceptTask.withLock { $0 = task }
+    }
+
+    private static func register(_ blip: BLIPConnection, record: Record,
+                                 script: @escaping @Sendable (BLIPConnection) async throws -> Void) async {
+        await blip.setHandler(profile: "getCollections") { _ in
+            BLIPMessage(type: .response, body: Array("[{}]".utf8))
+        }
+        await blip.setHandler(profile: "getCheckpoint") { _ in
+            BLIPMessage.error(domain: "HTTP", code: 404, message: "no checkpoint")
+        }
+        await blip.setHandler(profile: "setCheckpoint") { _ in
+            BLIPMessage(type: .response, properties: [("rev", "1-cp")])
+        }
+        await blip.setHandler(profile: "proposeChanges") { request in
+            let entries = (try? JSONValue(parsing: request.body))?.arrayValue ?? []
+            record.proposed.withLock { $0 += entries.compactMap { $0.arrayValue?.first?.stringValue } }
+            return BLIPMessage(type: .response, body: JSONValue.array(entries.map { _ in .int(304) }).canonicalData)
+        }
+        await blip.setHandler(profile: "subChanges") { _ in
+            Task {
+                do { try await script(blip) } catch { record.scriptErrors.withLock { $0.append("\(error)") } }
+            }
+            return nil
+        }
+    }
+
+    /// A connector to this peer.
+    func connector() -> ReplicatorConnector {
+        let network = self.network, endpoint = self.endpoint
+        return { _ in try await LoopbackTransport(network: network, host: "client").connect(to: endpoint, options: LoopbackConnectOptions()) }
+    }
+
+    func close() async {
+        await listener.close()
+        if let t = acceptTask.withLock({ $0 }) { await t.value }
+    }
+}
+
+/// A rev ID of generation `gen` with a digest made from `seed`.
+func fakeRev(_ gen: Int, _ seed: String) -> String {
+    "\(gen)-" + SHA1.hash(Array(seed.utf8)).map { String(format: "%02x", $0) }.joined()
+}
