@@ -177,7 +177,7 @@ let package = Package(
         // The end-to-end tests run `peersync serve` / `peersync sync` as child processes.
         tests("PeerSyncListenerTests", folder: "Listener",
               dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth",
-                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "peersync",
+                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "PeerSyncBLIP", "peersync",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
         // MARK: Umbrella and CLI
