@@ -18,9 +18,9 @@ import PeerSyncWebSocket
 ///   else the system CA roots (the rules of Couchbase Lite's "Authenticating the Listener").
 /// - `headers` are added to the upgrade request; `heartbeat` is the WebSocket ping interval;
 ///   a ping unanswered for `min(30 s, replyTimeout)` drops the connection as dead.
-///
-/// `networkInterface` is not supported (the WebSocket client cannot bind to an interface
-/// yet): a configuration that sets it fails with `.invalidArgument`.
+/// - `networkInterface` (an interface name such as `lo`/`eth0`, or a local IP address): the
+///   socket is bound to that interface's address before connecting. An unknown interface
+///   fails with `.invalidArgument` (permanent: the replicator stops).
 public struct WebSocketReplicatorConnector: Sendable {
     /// CA roots to verify the server against when no pin / self-signed policy is set. nil
     /// (default): the system roots.
@@ -64,9 +64,7 @@ public struct WebSocketReplicatorConnector: Sendable {
         // A ping unanswered for this long drops the connection (the replicator then goes
         // offline and retries); never longer than the replicator waits for a reply.
         options.connection.deadPeerTimeout = min(options.connection.deadPeerTimeout, config.replyTimeout)
-        if config.networkInterface != nil {
-            throw PeerSyncError(.invalidArgument, "networkInterface is not supported by the WebSocket connector")
-        }
+        options.interface = config.networkInterface
         if let basic = config.authenticator as? BasicAuthenticator {
             options.headers.set("Authorization", basic.authorizationHeaderValue)
         } else if let auth = config.authenticator, !(auth is ClientCertificateAuthenticator) {

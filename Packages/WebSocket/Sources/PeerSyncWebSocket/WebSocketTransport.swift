@@ -35,6 +35,10 @@ public struct WebSocketClientOptions: TransportOptions {
     public var connection = WebSocketConfiguration()
     /// Time allowed for the TCP connection. Default 30 s.
     public var connectTimeout: Duration = .seconds(30)
+    /// Connect from this network interface (e.g. `lo`, `eth0`) or local IP address: the
+    /// socket is bound to it before connecting. An unknown interface throws
+    /// `.invalidArgument`. nil (default): the system picks.
+    public var interface: String?
     /// Time allowed for TLS plus the HTTP upgrade after the TCP connection. Default 30 s.
     public var handshakeTimeout: Duration = .seconds(30)
     /// The largest HTTP response head accepted. Default 16 KiB.
@@ -115,7 +119,8 @@ public struct WebSocketTransport: Transport {
         var attempt = 0
         while true {
             attempt += 1
-            let tcp = try await TCPStream.connect(host: endpoint.host, port: port, timeout: options.connectTimeout)
+            let tcp = try await TCPStream.connect(host: endpoint.host, port: port, timeout: options.connectTimeout,
+                                                  interface: options.interface)
             let outcome: HandshakeOutcome
             do {
                 outcome = try await withStreamDeadline(tcp, options.handshakeTimeout, what: "WebSocket handshake") {

@@ -29,12 +29,29 @@ public final class TCPStream: ByteStream {
     /// Connects to `host` (a name, an IPv4 or an IPv6 address) and `port`, trying each
     /// resolved address in turn. Throws `.connectionRefused`, `.hostNotFound`,
     /// `.networkUnreachable`, or `.timeout` when `timeout` passes first.
-    public static func connect(host: String, port: Int, timeout: Duration = .seconds(30)) async throws -> TCPStream {
+    ///
+    /// With `interface`, the socket is bound to a local address before connecting: a
+    /// network interface name (e.g. `lo`, `eth0`; its address of the destination's family)
+    /// or a numeric IPv4/IPv6 address. An unknown interface (or one without an address)
+    /// throws `.invalidArgument` before any connection is tried; destinations of a family
+    /// the interface has no address for are skipped.
+    public static func connect(host: String, port: Int, timeout: Duration = .seconds(30),
+                               interface: String? = nil) async throws -> TCPStream {
+        if let interface { try validateLocalInterface(interface) }
         let addresses = try await SocketAddress.resolve(host: host, port: port)
         var lastError: any Error = PeerSyncError(.hostNotFound, "no address to connect to", context: ["host": host])
         for address in addresses {
             do {
-                return try await connect(to: address, timeout: timeout)
+                var local: SocketAddress?
+                if let interface {
+                    guard let bound = localAddress(interface, family: address.family) else {
+                        lastError = PeerSyncError(.networkUnreachable, "the network interface has no address of the destination's family",
+                                                  context: ["interface": interface, "address": address.description])
+                        continue
+                    }
+                    local = bound
+                }
+                return try await connect(to: address, timeout: timeout, from: local)
             } catch let error as PeerSyncError where error.code == .cancelled {
                 throw error
             } catch {
@@ -44,10 +61,37 @@ public final class TCPStream: ByteStream {
         throw lastError
     }
 
-    static func connect(to address: SocketAddress, timeout: Duration) async throws -> TCPStream {
+    /// Throws `.invalidArgument` unless `interface` is a numeric address or the name of an
+    /// interface with an address.
+    static func validateLocalInterface(_ interface: String) throws(PeerSyncError) {
+        if SocketAddress(numericHost: interface, port: 0) != nil { return }
+        do { _ = try SocketAddress.ofInterface(interface, port: 0) } catch {
+            throw PeerSyncError(.invalidArgument, "unknown network interface '\(interface)' (no such interface, or it has no address)",
+                                context: ["interface": interface])
+        }
+    }
+
+    /// The local address (port 0) to bind to for `interface` and a destination of `family`.
+    static func localAddress(_ interface: String, family: Int32) -> SocketAddress? {
+        if let numeric = SocketAddress(numericHost: interface, port: 0) {
+            return numeric.family == family ? numeric : nil
+        }
+        return try? SocketAddress.ofInterface(interface, port: 0, family: family)
+    }
+
+    static func connect(to address: SocketAddress, timeout: Duration, from local: SocketAddress? = nil) async throws -> TCPStream {
         let fd = try checkSyscall(Glibc.socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0), "socket")
         let socket = try Socket(fd: fd)
         setNoDelay(fd)
+        if let local {
+            let bound = try socket.withDescriptor { fd -> Int32 in
+                local.withSockaddr { Glibc.bind(fd, $0, $1) } == -1 ? errno : 0
+            }
+            if bound != 0 {
+                socket.close()
+                throw systemError("bind", errno: bound).with("address", local.description)
+            }
+        }
         let rc = try socket.withDescriptor { fd -> (Int32, Int32) in
             let r = address.withSockaddr { Glibc.connect(fd, $0, $1) }
             return (r, r == -1 ? errno : 0)
