@@ -25,7 +25,7 @@ struct RESTHandler: Sendable {
         defer { listener.restEnded() }
         guard listener.restAuthorized(request) else {
             var r = Self.error(401, "unauthorized", "authentication required")
-            r.headers.add("WWW-Authenticate", "Basic charset=\"UTF-8\"")
+            r.headers.add("WWW-Authenticate", WebSocketAuthResult.basicChallenge(realm: URLEndpointListener.authenticationRealm))
             return r
         }
         do {

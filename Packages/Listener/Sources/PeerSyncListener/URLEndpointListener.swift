@@ -64,8 +64,9 @@ public struct URLEndpointListenerConnectionStatus: Sendable, Hashable {
 /// - Subprotocols: `BLIP_3+CBMobile_3` and `BLIP_3+CBMobile_2`; the first of the client's
 ///   list that is one of these is chosen; a client offering none gets `400`.
 /// - An unknown database path gets `404`. With a `ListenerPasswordAuthenticator`, a request
-///   without valid HTTP Basic credentials gets `401` (with a `WWW-Authenticate: Basic`
-///   challenge) and no upgrade.
+///   without valid HTTP Basic credentials gets `401` with
+///   `WWW-Authenticate: Basic realm="PeerSync", charset="UTF-8"` (the same on the REST API)
+///   and no upgrade.
 /// - Each connection runs its own `PassiveReplicationSession`; one client's failure does not
 ///   affect the others.
 ///
@@ -234,6 +235,10 @@ public final class URLEndpointListener: Sendable {
         }
     }
 
+    /// The realm of the `401` challenge, the same on the WebSocket upgrade and REST paths:
+    /// `WWW-Authenticate: Basic realm="PeerSync", charset="UTF-8"`.
+    public static let authenticationRealm = "PeerSync"
+
     /// The subprotocols served, in order of preference.
     public static let subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2"]
 
@@ -246,7 +251,7 @@ public final class URLEndpointListener: Sendable {
         return { request, _ in
             let header = request.headers["Authorization"]
             guard auth.authenticate(authorizationHeaderValue: header) else {
-                return .challenge(realm: "PeerSync")
+                return .challenge(realm: Self.authenticationRealm)
             }
             return .accept(user: header.flatMap { BasicAuthorization.parse($0)?.username })
         }

@@ -15,7 +15,7 @@ import Testing
 
             // Credentials are required, with a Basic challenge.
             let anonymous = try await httpRequest(port: port, "GET", "/server")
-            #expect(anonymous.status == 401 && anonymous.headers["WWW-Authenticate"] == "Basic charset=\"UTF-8\"")
+            #expect(anonymous.status == 401 && anonymous.headers["WWW-Authenticate"] == "Basic realm=\"PeerSync\", charset=\"UTF-8\"")
             #expect(try await httpRequest(port: port, "GET", "/server", headers: [basic("alice", "wrong")]).status == 401)
 
             let created = try await httpRequest(port: port, "PUT", "/server/task%203", body: #"{"name":"task3","done":false}"#,

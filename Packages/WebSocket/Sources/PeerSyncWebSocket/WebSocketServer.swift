@@ -17,11 +17,19 @@ public struct WebSocketRequestContext: Sendable {
 public enum WebSocketAuthResult: Sendable, Equatable {
     /// Upgrade; `user` is kept in ``WebSocketConnection/authenticatedUser``.
     case accept(user: String?)
-    /// Answer `401 Unauthorized` with `WWW-Authenticate: Basic realm="<realm>"`: a client with
-    /// credentials retries once with them.
+    /// Answer `401 Unauthorized` with `WWW-Authenticate: Basic realm="<realm>", charset="UTF-8"`
+    /// (``basicChallenge(realm:)``): a client with credentials retries once with them.
     case challenge(realm: String)
     /// Answer with this status (e.g. 403) and message, and close.
     case reject(status: Int, message: String)
+
+    /// The `WWW-Authenticate` value of a ``challenge(realm:)``: `Basic realm="<realm>",
+    /// charset="UTF-8"` (RFC 7617; quotes and backslashes in the realm escaped). Use it for
+    /// plain HTTP 401 answers too, so every path challenges the same way.
+    public static func basicChallenge(realm: String) -> String {
+        let escaped = String(realm.flatMap { $0 == "\"" || $0 == "\\" ? ["\\", $0] : [$0] })
+        return "Basic realm=\"\(escaped)\", charset=\"UTF-8\""
+    }
 }
 
 /// Upgrade requests whose path matches ``path`` are turned into WebSocket connections.
@@ -331,9 +339,9 @@ public final class WebSocketServer: Sendable {
             case .accept(let name):
                 user = name
             case .challenge(let realm):
-                let escaped = String(realm.flatMap { $0 == "\"" || $0 == "\\" ? ["\\", $0] : [$0] })
                 await respondAndClose(stream, .text(401, "authentication required\n",
-                                                    headers: ["WWW-Authenticate": "Basic realm=\"\(escaped)\"", "Connection": "close"]))
+                                                    headers: ["WWW-Authenticate": WebSocketAuthResult.basicChallenge(realm: realm),
+                                                              "Connection": "close"]))
                 return nil
             case .reject(let status, let message):
                 await respondAndClose(stream, .text(status, message + "\n", headers: ["Connection": "close"]))
