@@ -5,16 +5,20 @@ import PeerSyncDatabase
 import PeerSyncListener
 import PeerSyncReplicator
 import PeerSyncTransport
+import Synchronization
 import Testing
 
 /// Named collections end to end over wss://: per-collection filters and conflict resolvers,
 /// and a collection the listener does not serve.
 @Suite(.serialized) struct CollectionsTests {
-    /// Keeps one side of every conflict.
-    struct KeepSide: ConflictResolver {
+    /// Keeps one side of every conflict and records the documents it saw.
+    final class KeepSide: ConflictResolver {
         let local: Bool
+        let seen = Mutex<[String]>([])
+        init(local: Bool) { self.local = local }
         func resolve(_ conflict: Conflict) async throws -> (any DocumentProperties)? {
-            local ? conflict.localDocument : conflict.remoteDocument
+            seen.withLock { $0.append(conflict.documentID) }
+            return local ? conflict.localDocument : conflict.remoteDocument
         }
     }
 
@@ -67,11 +71,12 @@ import Testing
             // a: push filter drops "secret" docs, local side wins conflicts;
             // b: pull filter drops "hidden" docs, remote side wins conflicts.
             var config = try target(listener)
+            let keepLocal = KeepSide(local: true), keepRemote = KeepSide(local: false)
             config.addCollection(cA, config: CollectionConfiguration(
-                conflictResolver: KeepSide(local: true),
+                conflictResolver: keepLocal,
                 pushFilter: { doc, _ in doc.properties["secret"] != .bool(true) }))
             config.addCollection(cB, config: CollectionConfiguration(
-                conflictResolver: KeepSide(local: false),
+                conflictResolver: keepRemote,
                 pullFilter: { doc, _ in doc.properties["hidden"] != .bool(true) }))
             let first = try await runToCompletion(try Replicator(config: config))
             #expect(first.error == nil, "\(String(describing: first.error))")
@@ -97,6 +102,8 @@ import Testing
             #expect(try await sA.document(id: "conf-a")?.properties == ["v": "client"])
             #expect(try await cB.document(id: "conf-b")?.properties == ["v": "server"])
             #expect(try await sB.document(id: "conf-b")?.properties == ["v": "server"])
+            #expect(Set(keepLocal.seen.withLock { $0 }) == ["conf-a"])
+            #expect(Set(keepRemote.seen.withLock { $0 }) == ["conf-b"])
 
             await listener.stop()
             try await clientDB.close()
