@@ -32,6 +32,10 @@ struct ActiveReplication: Sendable {
                                          enableAutoPurge: enableAutoPurge, replyTimeout: replyTimeout, events: events)
         await session.registerHandlers()
         await blip.start()
+        // When the connection ends, end the session too: a one-shot pull waiting for
+        // revisions (which only the peer can complete) must not wait forever. The task ends
+        // when the connection closes, at the latest through session.stop() below.
+        Task { _ = await blip.waitUntilClosed(); await session.stop() }
         do {
             try await replicate(session)
             if continuous {

@@ -81,4 +81,73 @@ import Testing
             await peer.close()
         }
     }
+
+    /// Flag 4 (removed from channel) is a revocation and 5 (deleted + removed) an ordinary
+    /// deletion, as in LiteCore; a pull filter refusing a document with `.accessRemoved` keeps it.
+    @Test func removedFromChannelAndPullFilter() async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            try await save(local, "keep", ["keep": true])
+            try await save(local, "drop", ["keep": false])
+            let goneRev = try #require(try await save(local, "gone", ["v": 1]).revisionID)
+            let changesReply = Mutex<JSONValue?>(nil)
+            let peer = try ScriptedPeer(network: peers[0].network) { blip in
+                let changes: JSONValue = [[1, "keep", .string(fakeRev(2, "keep")), 4],
+                                          [2, "drop", .string(fakeRev(2, "drop")), 4],
+                                          [3, "gone", .string(fakeRev(2, "gone")), 5]]
+                let reply = try await blip.sendRequest(.request("changes", properties: [("collection", "0")], body: changes.canonicalData))
+                changesReply.withLock { $0 = try? JSONValue(parsing: reply.body) }
+                // Flag 5 is an ordinary deletion: the client asks for it.
+                _ = try await blip.sendRequest(.request("rev", properties: [
+                    ("collection", "0"), ("id", "gone"), ("rev", fakeRev(2, "gone")), ("history", goneRev),
+                    ("deleted", "1"), ("sequence", "3"),
+                ], body: Array("{}".utf8)))
+                try await blip.sendNoReply(.request("changes", properties: [("collection", "0")], body: Array("[]".utf8)))
+            }
+            var cfg = ReplicatorConfiguration(target: peer.endpoint)
+            cfg.replicatorType = .pull
+            cfg.replyTimeout = .seconds(10)
+            cfg.maxAttempts = 1
+            cfg.addCollection(local, config: CollectionConfiguration(pullFilter: { doc, flags in
+                !(flags.contains(.accessRemoved) && doc.properties["keep"] == .bool(true))
+            }))
+            let replicator = try Replicator(config: cfg, connector: peer.connector())
+            replicator.start()
+            await replicator.waitUntilStopped()
+            #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+            #expect(peer.scriptErrors.isEmpty)
+            let reply = try #require(changesReply.withLock { $0 }?.arrayValue)
+            #expect(reply.count == 3 && reply[0] == .int(0) && reply[1] == .int(0) && reply[2].arrayValue != nil, "\(reply)")
+            #expect(try await local.document(id: "keep")?.properties == ["keep": true])
+            #expect(try await local.revisions(of: "drop") == nil)
+            #expect(try await local.document(id: "gone") == nil)
+            #expect(try await local.revisions(of: "gone")?.isDeleted == true)
+            await peer.close()
+        }
+    }
+
+    /// A one-shot pull whose peer closes the connection while revisions are still awaited
+    /// stops with an error instead of waiting forever.
+    @Test func peerClosingMidPullDoesNotHangAOneShotReplicator() async throws {
+        try await withPeers(1) { peers in
+            let peer = try ScriptedPeer(network: peers[0].network) { blip in
+                let changes: JSONValue = [[1, "never", .string(fakeRev(1, "never")), 0]]
+                _ = try await blip.sendRequest(.request("changes", properties: [("collection", "0")], body: changes.canonicalData))
+                await blip.close()
+            }
+            var cfg = ReplicatorConfiguration(target: peer.endpoint)
+            cfg.replicatorType = .pull
+            cfg.replyTimeout = .seconds(60)
+            cfg.maxAttempts = 1
+            cfg.addCollection(try peers[0].defaultCollection)
+            let replicator = try Replicator(config: cfg, connector: peer.connector())
+            replicator.start()
+            #expect(try await eventually(.seconds(20)) { replicator.status.activity == .stopped })
+            replicator.stop()
+            await replicator.waitUntilStopped()
+            #expect(replicator.status.error != nil)
+            #expect(try await peers[0].defaultCollection.document(id: "never") == nil)
+            await peer.close()
+        }
+    }
 }
