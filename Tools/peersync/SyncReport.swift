@@ -126,7 +126,7 @@ struct ReportingConflictResolver: ConflictResolver {
                 outcome = "merged \(local) and \(remote)"
             }
         } else {
-            outcome = "deleted (\(local), \(remote))"
+            outcome = "deleted the document (\(local), \(remote))"
         }
         report.decided(conflict.documentID, outcome)
         return result
