@@ -59,6 +59,13 @@ public final class AsyncLock: @unchecked Sendable {
         next?.resume()
     }
 
+    /// How many tasks wait in ``acquire()`` now (for tests).
+    var waiterCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return waiters.count
+    }
+
     /// Runs `body` while holding the lock and releases it afterwards, also when `body` throws.
     public func withLock<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
         await acquire()
