@@ -598,6 +598,9 @@ public actor BLIPConnection {
                 inStreams[number] = nil
                 return nil
             }
+            if stream.abandoned {
+                throw PeerSyncError(.cancelled, "reading a streamed BLIP body was cancelled")
+            }
             if Task.isCancelled {
                 abandonStream(number)
                 throw PeerSyncError(.cancelled, "reading a streamed BLIP body was cancelled")
