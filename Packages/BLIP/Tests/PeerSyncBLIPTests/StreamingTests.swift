@@ -54,6 +54,34 @@ struct GeneratedBytes: AsyncSequence, Sendable {
     }
 }
 
+/// `first`, then (once `gate` ends) `rest`.
+struct GatedBytes: AsyncSequence, Sendable {
+    typealias Element = [UInt8]
+    let first: GeneratedBytes
+    let gate: AsyncStream<Void>
+    let rest: GeneratedBytes
+
+    func makeAsyncIterator() -> Iterator {
+        Iterator(first: first.makeAsyncIterator(), gate: gate, rest: rest.makeAsyncIterator())
+    }
+
+    struct Iterator: AsyncIteratorProtocol {
+        var first: GeneratedBytes.Iterator
+        let gate: AsyncStream<Void>
+        var rest: GeneratedBytes.Iterator
+        var waited = false
+
+        mutating func next() async throws -> [UInt8]? {
+            if let chunk = try await first.next() { return chunk }
+            if !waited {
+                for await _ in gate {}
+                waited = true
+            }
+            return try await rest.next()
+        }
+    }
+}
+
 /// A channel that counts the bytes it sends.
 final class CountingChannel: BLIPFrameChannel, Sendable {
     let inner: MemoryChannel
@@ -265,6 +293,44 @@ final class CountingChannel: BLIPFrameChannel, Sendable {
         await #expect(throws: PeerSyncError.self) {
             while try await iterator.next() != nil {}
         }
+    }
+
+    @Test func cancelledConsumerGetsCancelledAndTheSenderFinishes() async throws {
+        let (client, server, _, _) = try pair()
+        let content = GeneratedBytes(total: 4 * Self.mebibyte, seed: 17)
+        let gate = AsyncStream<Void>.makeStream()
+        await server.setStreamingHandler(profile: "download") { _ in
+            // One chunk, then wait until the consumer was cancelled, then the rest.
+            let first = GeneratedBytes(total: 100_000, seed: 17)
+            return .streamed(BLIPMessage(type: .response), body: BLIPBodySource(GatedBytes(first: first, gate: gate.stream, rest: content)))
+        }
+        await server.setHandler(profile: "ping") { _ in BLIPMessage(type: .response, body: [3]) }
+        await client.start()
+        await server.start()
+        let response = try await client.sendRequestStreamingResponse(.request("download"))
+        let reader = Task { () -> PeerSyncError? in
+            var iterator = response.body.makeAsyncIterator()
+            do throws(PeerSyncError) {
+                while try await iterator.next() != nil {}
+                return nil
+            } catch {
+                // A later call keeps failing instead of waiting.
+                do throws(PeerSyncError) { _ = try await iterator.next() } catch { #expect(error.code == .cancelled) }
+                return error
+            }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        reader.cancel()
+        let error = await reader.value
+        #expect(error?.code == .cancelled)
+        gate.continuation.finish()
+        for _ in 0..<200 {
+            if await server.streamStatistics.bufferedOutboundBytes == 0 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(await server.streamStatistics.bufferedOutboundBytes == 0)
+        #expect(try await client.sendRequest(.request("ping")).body == [3])
+        await client.close()
     }
 
     @Test func abandonedStreamIsDrainedAndTheConnectionGoesOn() async throws {

@@ -128,6 +128,33 @@ func peakRSSGrowth(_ body: () async throws -> Void) async throws -> Int {
         }
     }
 
+    @Test func slowBlobTransferOutlastsTheReplyTimeout() async throws {
+        try await withPeers(2) { p in
+            try p[1].listen()
+            let a = try p[0].defaultCollection, b = try p[1].defaultCollection
+            let (blob, sha) = try await writeGeneratedBlob(p[0].db, length: 3 * 1024 * 1024, seed: 9,
+                                                           contentType: "application/octet-stream")
+            var doc = MutableDocument(id: "slow")
+            doc.setBlob(blob, forKey: "file")
+            try await a.save(document: &doc)
+            // 1 MB/s: the blob takes ~3 s, three times the reply timeout of the `rev` that waits
+            // for it. The wait goes on while blob content is being served.
+            var cfg = ReplicatorConfiguration(target: p[1].endpoint)
+            cfg.replicatorType = .push
+            cfg.replyTimeout = .seconds(1)
+            cfg.maxAttemptWaitTime = .milliseconds(100)
+            cfg.addCollections([a], config: .init())
+            let replicator = try Replicator(config: cfg, connector: p[1].connector(conditions: LinkConditions(bandwidth: 1_000_000)))
+            replicator.start()
+            await replicator.waitUntilStopped()
+            #expect(replicator.status.error == nil)
+            #expect(p[1].blips.withLock { $0.count } == 1)
+            let copy = try #require(try await b.document(id: "slow")?.blob(forKey: "file"))
+            let stored = try #require(try await p[1].db.getBlob(properties: copy.properties))
+            #expect(try await storedSHA1(stored).0 == sha)
+        }
+    }
+
     @Test func compressedAttachmentRoundTrip() async throws {
         try await withPeers(2) { p in
             try p[1].listen()
