@@ -53,20 +53,10 @@ extension ReplicationSession {
         }
     }
 
-    /// Puller: fetches every blob `body` references that the database lacks. Returns the new
-    /// blobs (keep them alive until the revision is inserted: they pin their content against
-    /// compaction).
-    func fetchMissingBlobs(in body: [String: JSONValue], index: Int, docID: String) async throws -> [Blob] {
-        var pins: [Blob] = []
-        for ref in blobReferences(in: .object(body)) {
-            if try await database.getBlob(properties: ref) != nil { continue }
-            guard let digest = ref["digest"]?.stringValue else { continue }
-            pins.append(try await fetchBlob(digest: digest, reference: ref, index: index, docID: docID))
-        }
-        return pins
-    }
-
-    private func fetchBlob(digest: String, reference ref: [String: JSONValue], index: Int, docID: String) async throws -> Blob {
+    /// Puller: fetches one blob the database lacks (a revision being received references it)
+    /// and returns it (keep it alive until the revision is inserted: it pins its content
+    /// against compaction). Throws `HTTP`/422 when the content fails verification.
+    func fetchBlob(digest: String, reference ref: [String: JSONValue], index: Int, docID: String) async throws -> Blob {
         var props = collectionProperty(index)
         props["digest"] = digest
         props["docID"] = docID

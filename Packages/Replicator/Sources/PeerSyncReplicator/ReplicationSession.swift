@@ -799,7 +799,12 @@ actor ReplicationSession {
             }
         }
         // Blobs first: the revision is only inserted once every blob it references is stored.
-        let pins = try await fetchMissingBlobs(in: body, index: index, docID: docID)
+        var pins: [Blob] = []
+        for ref in blobReferences(in: .object(body)) {
+            if try await database.getBlob(properties: ref) != nil { continue }
+            guard let digest = ref["digest"]?.stringValue else { continue }
+            pins.append(try await fetchBlob(digest: digest, reference: ref, index: index, docID: docID))
+        }
         if role == .passive, props.bool("noconflicts"), !deleted, let revs = try await sc.collection.revisions(of: docID),
            revs.isDeleted, revs.revision(revID) == nil, !overTombstone.contains(Self.leafKey(docID, revID)),
            revs.leaves.contains(where: { Self.deletionConflicts(live: revID, tombstone: $0, in: revs, history: history) }) {
