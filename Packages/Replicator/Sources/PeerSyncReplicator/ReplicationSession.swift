@@ -149,7 +149,7 @@ actor ReplicationSession {
     // MARK: - Requests
 
     func send(_ message: BLIPMessage, _ what: String) async throws -> BLIPMessage {
-        if message.profile == "rev" { return try await sendRevAwaitingBlobs(message, what) }
+        if message.profile == "rev", !sentBlobDigests.isEmpty { return try await sendRevAwaitingBlobs(message, what) }
         let blip = self.blip
         return try await withTimeout(replyTimeout, what) { try await blip.sendRequest(message) }
     }
