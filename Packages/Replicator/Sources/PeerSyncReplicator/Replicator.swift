@@ -32,7 +32,10 @@ public struct ReplicatorConfiguration: Sendable {
     public var pinnedServerCertificate: [UInt8]?
     /// Extra HTTP headers (used by the connector).
     public var headers: [String: String] = [:]
-    /// The network interface to connect through (used by the connector). Default nil.
+    /// The network interface to connect through (used by the connector): a name such as
+    /// `lo`/`eth0` or a local IP address; the WebSocket connector binds the client socket to
+    /// its address before connecting, and an unknown interface stops the replicator with
+    /// `.invalidArgument`. Default nil: the system chooses.
     public var networkInterface: String?
     /// Keep-alive interval; default 300 s. Also bounds how long a reply is awaited (see
     /// ``replyTimeout``). Setting a negative or zero value throws from ``Replicator/init(config:connector:)``.
