@@ -10,7 +10,10 @@
 //   --stats-json`; the time is from its spawn to its exit 0 (`docs_per_s`), its own
 //   replication time comes from its `--stats-json` line (`replication_docs_per_s`), and so
 //   do the bytes on the wire (WebSocket level, both directions, see `SyncCommand`);
-// - peak RSS of each child is `ru_maxrss` from `wait4`;
+// - peak RSS of each child is its `VmHWM` (/proc/<pid>/status): the listener's read by the
+//   bench just before it stops it, the replicator's reported by itself in its statistics
+//   line just before it exits (`ru_maxrss` from `wait4` is no use here: a child made by
+//   `posix_spawn` inherits the bench's own high-water mark across the exec);
 // - after each run the receiving database must hold exactly N documents, else the
 //   benchmark fails (exit 1).
 //
@@ -246,7 +249,7 @@ enum SyncBenchmark {
         let t0 = clock.now
         let replicator = try ChildProcess(exe, syncArgs, stderrPath: run + "/replicator.err")
         let statsLine = await replicator.readLine()
-        let replicatorExit = await replicator.wait()
+        var replicatorExit = await replicator.wait()
         let seconds = (clock.now - t0).seconds
         guard replicatorExit.status == 0 else {
             throw PeerSyncError(.replicationFailed, "bench: \(direction) over \(transport) failed (exit \(replicatorExit.status)): \(replicator.stderrText())")
@@ -254,8 +257,14 @@ enum SyncBenchmark {
         guard let statsLine, let stats = try? JSONValue(parsing: statsLine).objectValue else {
             throw PeerSyncError(.internalError, "bench: the replicator printed no statistics line")
         }
+        guard let replicatorKB = stats["peak_rss_kb"]?.intValue, replicatorKB > 0,
+              let listenerKB = peakResidentKB(pid: listener.pid) else {
+            throw PeerSyncError(.internalError, "bench: cannot read the children's peak RSS (VmHWM)")
+        }
         listener.kill(SIGTERM)
-        let listenerExit = await listener.wait()
+        var listenerExit = await listener.wait()
+        listenerExit.maxRSSMB = Double(listenerKB) / 1024
+        replicatorExit.maxRSSMB = Double(replicatorKB) / 1024
         guard listenerExit.status == 0 else {
             throw PeerSyncError(.internalError, "bench: the listener exited with \(listenerExit.status): \(listener.stderrText())")
         }
@@ -290,6 +299,7 @@ final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in in
 
     struct Exit {
         var status: Int32
+        /// `ru_maxrss`: includes the spawning process's own high-water mark (see above).
         var maxRSSMB: Double
     }
 

@@ -19,12 +19,12 @@ import Synchronization
 ///
 /// Hidden option for `peersync bench sync` (not in the usage text): `--stats-json` prints,
 /// after a replication that completed, exactly one JSON line on stdout:
-/// `{"bytes_received":…,"bytes_sent":…,"changes":…,"messages_received":…,"messages_sent":…,"replication_s":…}`.
+/// `{"bytes_received":…,"bytes_sent":…,"changes":…,"messages_received":…,"messages_sent":…,"peak_rss_kb":…,"replication_s":…}`.
 /// `replication_s` runs from `Replicator.start` to the stopped state (database open and
 /// process start-up excluded). The byte counts are what this process's connection(s) sent
 /// and received at the WebSocket level: message payloads plus WebSocket frame headers
 /// (computed for one frame per message, client frames masked); TLS record and TCP/IP
-/// overhead are not included.
+/// overhead are not included. `peak_rss_kb` is this process's `VmHWM` (0 where unknown).
 enum SyncCommand {
     static let usage = """
     usage: peersync --db DIR [--backend sqlite|lmdb] sync URL [--push|--pull] [--continuous]
@@ -130,6 +130,7 @@ enum SyncCommand {
                     "bytes_sent": .int(Int64(counters.bytesSent)), "bytes_received": .int(Int64(counters.bytesReceived)),
                     "messages_sent": .int(Int64(counters.messagesSent)), "messages_received": .int(Int64(counters.messagesReceived)),
                     "changes": .int(Int64(replicator.status.progress.completed)),
+                    "peak_rss_kb": .int(Int64(peakResidentKB(pid: nil) ?? 0)),
                 ]
                 ReplicationCLI.emit(stats.canonicalString)
             }
@@ -246,4 +247,15 @@ final class CountingConnection: MessageConnection {
     var peerCertificateChain: [[UInt8]] { base.peerCertificateChain }
     var kind: TransportKind { base.kind }
     var maxMessageSize: Int { base.maxMessageSize }
+}
+
+/// The peak resident set size (`VmHWM` of `/proc/<pid>/status`) in KiB of process `pid`
+/// (nil: this process); nil where /proc is unavailable.
+func peakResidentKB(pid: Int32?) -> Int? {
+    let path = "/proc/\(pid.map(String.init) ?? "self")/status"
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+    for line in text.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        return Int(line.dropFirst("VmHWM:".count).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+    }
+    return nil
 }
