@@ -50,6 +50,8 @@ actor ReplicationSession {
     static let minDeltaBodySize = 200
     static let maxDeltaRatio = 1.2
     let batchSize = 200
+    /// Inserts received revisions in shared transactions (see ``RevisionInserter``).
+    let inserter: RevisionInserter
 
     /// Collections in protocol-index order (active: the configured ones; passive: those the
     /// peer asked for in `getCollections`, nil where not served).
@@ -103,6 +105,7 @@ actor ReplicationSession {
          readOnly: Bool = false, enableDeltaSync: Bool = false, replyTimeout: Duration = .seconds(60),
          events: SessionEvents = SessionEvents()) {
         self.enableDeltaSync = enableDeltaSync
+        self.inserter = RevisionInserter(database: database)
         self.blip = blip
         self.database = database
         self.role = role
@@ -814,27 +817,38 @@ actor ReplicationSession {
                 throw blipError("HTTP", 422, "attachment \(digest) failed verification: \(error)")
             }
         }
-        if role == .passive, props.bool("noconflicts"), !deleted, let revs = try await sc.collection.revisions(of: docID),
-           revs.isDeleted, revs.revision(revID) == nil, !overTombstone.contains(Self.leafKey(docID, revID)),
-           revs.leaves.contains(where: { Self.deletionConflicts(live: revID, tombstone: $0, in: revs, history: history) }) {
-            // Deletion vs edit: the pusher must pull the tombstone and resolve (deletion wins
-            // by default), exactly as an active peer does when it pulls this revision.
-            throw blipError("HTTP", 409, "conflict: the document was deleted concurrently")
+        // Inserted with the other revisions arriving meanwhile, in one transaction; the reply
+        // (returning from this handler) is only sent once that transaction has committed.
+        // Deletion vs edit (passive, no-conflicts push onto a deleted document): the pusher
+        // must pull the tombstone and resolve (deletion wins by default), exactly as an active
+        // peer does when it pulls this revision.
+        let noConflicts = role == .passive && props.bool("noconflicts")
+        let request = RevisionInsert(collection: sc.collection, docID: docID, revID: revID, history: history, body: body,
+                                     deleted: deleted, allowConflict: !noConflicts,
+                                     checkDeletionConflict: noConflicts && !deleted && !overTombstone.contains(Self.leafKey(docID, revID)),
+                                     readBack: role == .active)
+        let outcome: RevisionInsertOutcome
+        do { outcome = try await inserter.insert(request) } catch let error as PeerSyncError {
+            throw blipError("HTTP", 400, error.message)
         }
         let result: InsertResult
-        do {
-            result = try await sc.collection.insertRevision(docID: docID, revID: revID, history: history, body: body,
-                                                            deleted: deleted, allowConflict: !(role == .passive && props.bool("noconflicts")))
-        } catch let error as PeerSyncError where error.code == .conflict {
+        var treeAfter: DocumentRevisions?
+        switch outcome {
+        case .deletionConflict:
+            throw blipError("HTTP", 409, "conflict: the document was deleted concurrently")
+        case .refused(let error) where error.code == .conflict:
             throw blipError("HTTP", 409, "conflict")
-        } catch let error as PeerSyncError {
+        case .refused(let error):
             throw blipError("HTTP", 400, error.message)
+        case .inserted(let inserted, let tree):
+            result = inserted
+            treeAfter = tree
         }
         withExtendedLifetime(pins) {}
         remoteRevs[index, default: [:]][docID] = revID
         var docError: PeerSyncError?
         if role == .active, result.inserted {
-            do { try await resolveIfConflicted(index: index, sc: sc, docID: docID, pulled: revID) } catch {
+            do { try await resolveIfConflicted(index: index, sc: sc, docID: docID, pulled: revID, tree: treeAfter) } catch {
                 docError = (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
             }
         }
@@ -855,9 +869,16 @@ actor ReplicationSession {
     /// After inserting a pulled revision: if the document now has two live leaves (or a
     /// pulled deletion on a branch beside a live local revision), ask the resolver and close
     /// the conflict.
-    private func resolveIfConflicted(index: Int, sc: SessionCollection, docID: String, pulled: RevisionID) async throws {
+    /// `tree`: the document's revision tree read right after the insertion, if known (saves
+    /// a read in the common case where there is nothing to resolve).
+    private func resolveIfConflicted(index: Int, sc: SessionCollection, docID: String, pulled: RevisionID,
+                                     tree: DocumentRevisions? = nil) async throws {
+        var known = tree
         for _ in 0..<4 {
-            guard let revs = try await sc.collection.revisions(of: docID) else { return }
+            let read: DocumentRevisions?
+            if let known { read = known } else { read = try await sc.collection.revisions(of: docID) }
+            known = nil
+            guard let revs = read else { return }
             let live = revs.leaves.filter { !$0.isDeleted }
             if live.isEmpty {
                 // Only tombstones: nothing to resolve, but a conflict flag left on one would
