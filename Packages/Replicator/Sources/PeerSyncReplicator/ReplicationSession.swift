@@ -344,6 +344,7 @@ actor ReplicationSession {
                 continue
             }
             setBusy(.push(index), true)
+            let prefetched = try await prefetch(sc, changes.map(\.docID))
             var candidates: [ChangeEntry] = []
             for change in changes {
                 if let docIDs, !docIDs.contains(change.docID) { continue }
@@ -355,7 +356,7 @@ actor ReplicationSession {
                 // conflict resolution that tombstones a branch does not always change the
                 // current revision, and a peer still holding that branch live must learn it
                 // was closed, or the peers would pick different winners.
-                if let revs = try await sc.collection.revisions(of: change.docID), revs.leaves.count > 1 {
+                if let revs = prefetched[change.docID]?.revisions, revs.leaves.count > 1 {
                     for leaf in revs.leaves where leaf.isDeleted && leaf.revID != change.revID
                         && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revID)) ?? false) {
                         candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
@@ -369,8 +370,8 @@ actor ReplicationSession {
             if !candidates.isEmpty {
                 let failed: [UInt64]
                 switch mode {
-                case .propose: failed = try await proposeBatch(index: index, sc: sc, candidates)
-                case .changes: failed = try await changesBatch(index: index, sc: sc, candidates)
+                case .propose: failed = try await proposeBatch(index: index, sc: sc, candidates, prefetched: prefetched)
+                case .changes: failed = try await changesBatch(index: index, sc: sc, candidates, prefetched: prefetched)
                 }
                 if let low = failed.min() { firstFailure = min(firstFailure ?? low, low) }
             }
@@ -393,7 +394,8 @@ actor ReplicationSession {
     }
 
     /// Returns the sequences of the changes that failed.
-    private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
+    private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry],
+                              prefetched: [String: Prefetched] = [:]) async throws -> [UInt64] {
         var failed: [UInt64] = []
         var round: [Proposal] = []
         for c in changes {
@@ -455,7 +457,8 @@ actor ReplicationSession {
                     group.addTask {
                         let error = try await self.sendRev(index: index, sc: sc, docID: p.docID, revID: p.revID,
                                                            sequence: String(p.sequence), known: p.serverRev.map { [$0] } ?? [],
-                                                           maxHistory: maxHistory, noConflicts: true, deltas: deltas)
+                                                           maxHistory: maxHistory, noConflicts: true, deltas: deltas,
+                                                           prefetched: prefetched[p.docID])
                         return (p, error)
                     }
                 }
@@ -502,7 +505,8 @@ actor ReplicationSession {
         return nil
     }
 
-    private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
+    private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry],
+                              prefetched: [String: Prefetched] = [:]) async throws -> [UInt64] {
         let body: JSONValue = .array(changes.map { c in
             var entry: [JSONValue] = [.int(Int64(c.sequence)), .string(c.docID), .string(c.revID.description)]
             if c.deleted { entry.append(.int(1)) }
@@ -520,7 +524,8 @@ actor ReplicationSession {
                 group.addTask {
                     let error = try await self.sendRev(index: index, sc: sc, docID: c.docID, revID: c.revID,
                                                        sequence: String(c.sequence), known: knownRevs,
-                                                       maxHistory: maxHistory, noConflicts: false, deltas: deltas)
+                                                       maxHistory: maxHistory, noConflicts: false, deltas: deltas,
+                                                       prefetched: prefetched[c.docID])
                     return (c, error, true)
                 }
             }
@@ -540,6 +545,36 @@ actor ReplicationSession {
         return outcomes.filter { $0.1 != nil }.map(\.0.sequence)
     }
 
+    /// What ``sendRev(index:sc:docID:revID:sequence:known:maxHistory:noConflicts:deltas:prefetched:)``
+    /// needs of a document, read for a whole batch of changes at once.
+    struct Prefetched: Sendable {
+        let revisions: DocumentRevisions
+        /// The current revision's body; nil when the document is deleted.
+        let currentBody: [String: JSONValue]?
+    }
+
+    /// The revision trees and current bodies of `docIDs`, read in ONE transaction rather than
+    /// two database round trips per document. `inBatch` is the public API that runs several
+    /// reads in one transaction; nothing is written (committing an empty transaction does no I/O).
+    /// Documents that no longer exist are absent from the result.
+    private func prefetch(_ sc: SessionCollection, _ docIDs: [String]) async throws -> [String: Prefetched] {
+        let collection = sc.collection
+        let ids = Array(Set(docIDs))
+        return try await database.inBatch { txn in
+            var out: [String: Prefetched] = [:]
+            for id in ids {
+                guard let revs = try txn.revisions(of: id, in: collection) else { continue }
+                var body: [String: JSONValue]?
+                if !revs.isDeleted, let doc = try txn.document(id: id, in: collection),
+                   doc.revisionID == revs.currentRevID.description {
+                    body = doc.properties
+                }
+                out[id] = Prefetched(revisions: revs, currentBody: body)
+            }
+            return out
+        }
+    }
+
     /// Sends one `rev`; returns the per-document error (nil on success). Transport failures throw.
     ///
     /// With `deltas` (the peer's reply advertised `deltas: true`), a live revision whose body
@@ -547,13 +582,21 @@ actor ReplicationSession {
     /// whose live body is still stored here, when the delta is at most ``maxDeltaRatio`` ×
     /// the body; if the peer answers `HTTP`/422 (unknown base, bad delta) the full body is sent.
     private func sendRev(index: Int, sc: SessionCollection, docID: String, revID: RevisionID, sequence: String,
-                         known: [RevisionID], maxHistory: Int, noConflicts: Bool, deltas: Bool = false) async throws -> PeerSyncError? {
+                         known: [RevisionID], maxHistory: Int, noConflicts: Bool, deltas: Bool = false,
+                         prefetched: Prefetched? = nil) async throws -> PeerSyncError? {
         var props = collectionProperty(index)
         props["id"] = docID
         props["rev"] = revID.description
         props["sequence"] = sequence
-        guard let revs = try await sc.collection.revisions(of: docID), let info = revs.revision(revID),
-              let body = try await sc.collection.revisionBody(docID: docID, revID: revID) else {
+        var revs: DocumentRevisions?, body: [String: JSONValue]?
+        if let prefetched, prefetched.revisions.currentRevID == revID, let current = prefetched.currentBody {
+            revs = prefetched.revisions
+            body = current
+        } else {
+            revs = try await sc.collection.revisions(of: docID)
+            body = try await sc.collection.revisionBody(docID: docID, revID: revID)
+        }
+        guard let revs, let info = revs.revision(revID), let body else {
             props["error"] = "404"
             props["reason"] = "revision no longer available"
             try await blip.sendNoReply(.request("norev", properties: props))
@@ -690,14 +733,25 @@ actor ReplicationSession {
         var answers: [JSONValue] = []
         var requested = Set<String>()
         var lastSequence: JSONValue = .null
+        // Every entry's revision tree, read in one transaction (malformed entries are
+        // refused below, in order).
+        let offset = proposed ? 0 : 1
+        let ids = entries.compactMap { $0.arrayValue.flatMap { $0.count > offset ? $0[offset].stringValue : nil } }
+        let collection = sc.collection
+        let trees = try await database.inBatch { txn in
+            var out: [String: DocumentRevisions] = [:]
+            for id in Set(ids) where !id.isEmpty && id.utf8.count <= 255 {
+                if let revs = try txn.revisions(of: id, in: collection) { out[id] = revs }
+            }
+            return out
+        }
         for entry in entries {
             guard let e = entry.arrayValue else { throw blipError("BLIP", 400, "malformed change entry") }
-            let offset = proposed ? 0 : 1
             guard e.count > offset + 1, let docID = e[offset].stringValue, !docID.isEmpty, docID.utf8.count <= 255,
                   let revText = e[offset + 1].stringValue, let revID = try? RevisionID(revText) else {
                 throw blipError("BLIP", 400, "malformed change entry")
             }
-            let revs = try await sc.collection.revisions(of: docID)
+            let revs = trees[docID]
             if proposed {
                 let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
                 guard let revs else { answers.append(.int(0)); continue }
