@@ -322,64 +322,115 @@ actor ReplicationSession {
               progress: @escaping @Sendable (UInt64) async -> Void) async throws {
         guard let sc = indexed[index] else { return }
         let stream = continuous ? sc.collection.changeStream() : nil
-        var iterator = stream?.makeAsyncIterator()
         var since = start
         var sentCaughtUp = false
-        var firstFailure: UInt64?
+        var pipeline = PushPipeline()
         setBusy(.push(index), true)
         defer { setBusy(.push(index), false) }
-        while !closed, !Task.isCancelled {
-            let changes = try await sc.collection.changes(since: since, limit: batchSize)
-            if changes.isEmpty {
-                if !sentCaughtUp {
-                    sentCaughtUp = true
-                    var props = collectionProperty(index)
-                    props["Profile"] = nil
-                    try await blip.sendNoReply(.request(mode == .propose ? "proposeChanges" : "changes",
-                                                        properties: props, body: Array("[]".utf8)))
+        try await withThrowingTaskGroup(of: (Int, [UInt64]).self) { group in
+            var iterator = stream?.makeAsyncIterator()
+            while !closed, !Task.isCancelled {
+                let changes = try await sc.collection.changes(since: since, limit: batchSize)
+                if changes.isEmpty {
+                    // Caught up: every batch in flight is answered before saying so.
+                    while !pipeline.inFlight.isEmpty { try await collectBatch(&group, &pipeline, progress) }
+                    if !sentCaughtUp {
+                        sentCaughtUp = true
+                        var props = collectionProperty(index)
+                        props["Profile"] = nil
+                        try await blip.sendNoReply(.request(mode == .propose ? "proposeChanges" : "changes",
+                                                            properties: props, body: Array("[]".utf8)))
+                    }
+                    guard continuous, iterator != nil else { return }
+                    setBusy(.push(index), false)
+                    guard await iterator?.next() != nil else { return }
+                    continue
                 }
-                guard continuous, iterator != nil else { return }
-                setBusy(.push(index), false)
-                guard await iterator?.next() != nil else { return }
-                continue
-            }
-            setBusy(.push(index), true)
-            let prefetched = try await prefetch(sc, changes.map(\.docID))
-            var candidates: [ChangeEntry] = []
-            for change in changes {
-                if let docIDs, !docIDs.contains(change.docID) { continue }
-                if let filter = sc.config.pushFilter {
-                    guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
-                    if !filter(doc, change.deleted ? .deleted : []) { continue }
+                setBusy(.push(index), true)
+                let prefetched = try await prefetch(sc, changes.map(\.docID))
+                var candidates: [ChangeEntry] = []
+                for change in changes {
+                    if let docIDs, !docIDs.contains(change.docID) { continue }
+                    if let filter = sc.config.pushFilter {
+                        guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
+                        if !filter(doc, change.deleted ? .deleted : []) { continue }
+                    }
+                    // Closed (tombstoned) branches travel too, before the current revision: a
+                    // conflict resolution that tombstones a branch does not always change the
+                    // current revision, and a peer still holding that branch live must learn it
+                    // was closed, or the peers would pick different winners.
+                    if let revs = prefetched[change.docID]?.revisions, revs.leaves.count > 1 {
+                        for leaf in revs.leaves where leaf.isDeleted && leaf.revID != change.revID
+                            && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revID)) ?? false) {
+                            candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
+                                                          revID: leaf.revID, deleted: true))
+                        }
+                    }
+                    if remoteRevs[index]?[change.docID] == change.revID { continue }
+                    candidates.append(change)
                 }
-                // Closed (tombstoned) branches travel too, before the current revision: a
-                // conflict resolution that tombstones a branch does not always change the
-                // current revision, and a peer still holding that branch live must learn it
-                // was closed, or the peers would pick different winners.
-                if let revs = prefetched[change.docID]?.revisions, revs.leaves.count > 1 {
-                    for leaf in revs.leaves where leaf.isDeleted && leaf.revID != change.revID
-                        && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revID)) ?? false) {
-                        candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
-                                                      revID: leaf.revID, deleted: true))
+                since = changes.last?.sequence ?? since
+                events.progress(0, candidates.count)
+                let ids = Set(candidates.map(\.docID))
+                // A document already in flight (changed again meanwhile) waits until the
+                // earlier batches are answered, so its proposal names the right server revision.
+                if pipeline.inFlight.contains(where: { !$0.docIDs.isDisjoint(with: ids) }) {
+                    while !pipeline.inFlight.isEmpty { try await collectBatch(&group, &pipeline, progress) }
+                }
+                while pipeline.inFlight.count >= Self.pushPipelineDepth { try await collectBatch(&group, &pipeline, progress) }
+                let number = pipeline.next
+                pipeline.next += 1
+                pipeline.inFlight.append(PushPipeline.Batch(number: number, lastSequence: since, count: candidates.count, docIDs: ids))
+                if candidates.isEmpty {
+                    pipeline.done[number] = []
+                    await reportBatches(&pipeline, progress)
+                } else {
+                    group.addTask {
+                        switch mode {
+                        case .propose: (number, try await self.proposeBatch(index: index, sc: sc, candidates, prefetched: prefetched))
+                        case .changes: (number, try await self.changesBatch(index: index, sc: sc, candidates, prefetched: prefetched))
+                        }
                     }
                 }
-                if remoteRevs[index]?[change.docID] == change.revID { continue }
-                candidates.append(change)
             }
-            events.progress(0, candidates.count)
-            if !candidates.isEmpty {
-                let failed: [UInt64]
-                switch mode {
-                case .propose: failed = try await proposeBatch(index: index, sc: sc, candidates, prefetched: prefetched)
-                case .changes: failed = try await changesBatch(index: index, sc: sc, candidates, prefetched: prefetched)
-                }
-                if let low = failed.min() { firstFailure = min(firstFailure ?? low, low) }
-            }
-            events.progress(candidates.count, 0)
-            since = changes.last?.sequence ?? since
+        }
+    }
+
+    /// Batches of a push sent but not all answered yet. Up to ``pushPipelineDepth`` batches
+    /// are in flight at once (their `rev`s overlap on the connection); progress and the
+    /// checkpoint advance in batch order only.
+    struct PushPipeline {
+        struct Batch {
+            var number: Int
+            var lastSequence: UInt64
+            var count: Int
+            var docIDs: Set<String>
+        }
+        var next = 0
+        var inFlight: [Batch] = []
+        /// Failed sequences of answered batches not yet reported (an earlier one is pending).
+        var done: [Int: [UInt64]] = [:]
+        var firstFailure: UInt64?
+    }
+
+    static let pushPipelineDepth = 4
+
+    private func collectBatch(_ group: inout ThrowingTaskGroup<(Int, [UInt64]), any Error>, _ pipeline: inout PushPipeline,
+                              _ progress: @Sendable (UInt64) async -> Void) async throws {
+        guard let (number, failed) = try await group.next() else { return }
+        pipeline.done[number] = failed
+        await reportBatches(&pipeline, progress)
+    }
+
+    /// Reports the answered batches at the head of the pipeline, in order.
+    private func reportBatches(_ pipeline: inout PushPipeline, _ progress: @Sendable (UInt64) async -> Void) async {
+        while let first = pipeline.inFlight.first, let failed = pipeline.done.removeValue(forKey: first.number) {
+            pipeline.inFlight.removeFirst()
+            if let low = failed.min() { pipeline.firstFailure = min(pipeline.firstFailure ?? low, low) }
+            events.progress(first.count, 0)
             // The checkpoint never passes a revision that failed (e.g. refused as a conflict):
             // the next run proposes it again.
-            await progress(firstFailure.map { min(since, $0 - 1) } ?? since)
+            await progress(pipeline.firstFailure.map { min(first.lastSequence, $0 - 1) } ?? first.lastSequence)
         }
     }
 
