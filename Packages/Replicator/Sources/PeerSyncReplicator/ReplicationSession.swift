@@ -62,9 +62,10 @@ actor ReplicationSession {
     private var sawFirstMessage = false
     private var pushTasks: [Task<Void, Never>] = []
     /// Revisions known to be on the peer, per collection index and document.
-    private var remoteRevs: [Int: [String: RevisionID]] = [:]
+    /// Bounded (see ``RecentMap``): memory stays flat however many documents replicate.
+    private var remoteRevs: [Int: RecentMap<RevisionID>] = [:]
     /// Closed (deleted, non-current) leaves already pushed or known to be on the peer.
-    private var sentLeaves: [Int: Set<String>] = [:]
+    private var sentLeaves: [Int: RecentSet] = [:]
     /// Passive: live revisions proposed by a peer that named our current tombstone as its
     /// `serverRevID` (it saw the deletion and resolved): not a deletion-vs-edit conflict.
     private var overTombstone: Set<String> = []
@@ -481,7 +482,7 @@ actor ReplicationSession {
                 switch status {
                 case 0: toSend.append(p)
                 case 304:
-                    remoteRevs[index, default: [:]][p.docID] = p.revID
+                    remoteRevs[index, default: RecentMap()][p.docID] = p.revID
                     sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
                     if let then = p.then { next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence)) }
                 case 409:
@@ -519,7 +520,7 @@ actor ReplicationSession {
             }
             for (p, error) in outcomes {
                 if error == nil {
-                    remoteRevs[index, default: [:]][p.docID] = p.revID
+                    remoteRevs[index, default: RecentMap()][p.docID] = p.revID
                     sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
                     if let then = p.then {
                         next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence))
@@ -587,7 +588,7 @@ actor ReplicationSession {
         var docs: [ReplicatedDocument] = []
         for (c, error, _) in outcomes {
             if error == nil {
-                remoteRevs[index, default: [:]][c.docID] = c.revID
+                remoteRevs[index, default: RecentMap()][c.docID] = c.revID
                 sentLeaves[index, default: []].insert(Self.leafKey(c.docID, c.revID))
             }
             docs.append(ReplicatedDocument(id: c.docID, collection: sc.collection.fullName, flags: c.deleted ? .deleted : [], error: error))
@@ -819,7 +820,7 @@ actor ReplicationSession {
                 lastSequence = e[0]
                 if let revs, revs.revision(revID) != nil {
                     answers.append(.int(0))
-                    remoteRevs[index, default: [:]][docID] = revID
+                    remoteRevs[index, default: RecentMap()][docID] = revID
                     continue
                 }
                 var known: [JSONValue] = []
@@ -950,7 +951,7 @@ actor ReplicationSession {
             treeAfter = tree
         }
         withExtendedLifetime(pins) {}
-        remoteRevs[index, default: [:]][docID] = revID
+        remoteRevs[index, default: RecentMap()][docID] = revID
         var docError: PeerSyncError?
         if role == .active, result.inserted {
             do { try await resolveIfConflicted(index: index, sc: sc, docID: docID, pulled: revID, tree: treeAfter) } catch {
