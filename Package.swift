@@ -117,11 +117,7 @@ let package = Package(
         // it is always built next to them.
         .executableTarget(
             name: "database-test-child",
-            dependencies: [
-                "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore",
-                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
-                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
-            ],
+            dependencies: ["PeerSync", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore"],
             path: "Packages/Database/Tests/DatabaseTestChild",
             swiftSettings: swiftSettings
         ),
@@ -216,11 +212,7 @@ let package = Package(
         // by name); a dependency of StorageConformanceTests so that it is always built.
         .executableTarget(
             name: "storage-conformance-child",
-            dependencies: [
-                "PeerSyncStorage", "PeerSyncStorageTesting",
-                .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
-                .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
-            ],
+            dependencies: ["PeerSync", "PeerSyncStorage", "PeerSyncStorageTesting"],
             path: "Tests/StorageConformanceChild",
             swiftSettings: swiftSettings
         ),

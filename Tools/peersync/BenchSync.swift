@@ -248,7 +248,11 @@ enum SyncBenchmark {
         let clock = ContinuousClock()
         let t0 = clock.now
         let replicator = try ChildProcess(exe, syncArgs, stderrPath: run + "/replicator.err")
-        let statsLine = await replicator.readLine()
+        // stdout: the summary line, then the `--stats-json` line (the last JSON object).
+        var statsLine: String?
+        while let line = await replicator.readLine() {
+            if line.hasPrefix("{") { statsLine = line }
+        }
         var replicatorExit = await replicator.wait()
         let seconds = (clock.now - t0).seconds
         guard replicatorExit.status == 0 else {

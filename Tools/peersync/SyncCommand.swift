@@ -15,7 +15,10 @@ import Synchronization
 /// One-shot: exit 0 only when the replication completed; otherwise exit 1 with one line
 /// (e.g. `HTTP 401: authentication required`). Continuous: runs until SIGINT/SIGTERM (exit 0)
 /// or a permanent error (exit 1). Progress goes to stderr when it is a terminal; with
-/// `--verbose`, activity changes are printed as lines on stderr.
+/// `--verbose`, activity changes are printed as lines on stderr. On stdout: one line per
+/// resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
+/// success, one summary line `sync complete: pushed P, pulled Q documents, N conflicts resolved`
+/// (see ``SyncReport``). A failed run prints nothing on stdout but conflict lines.
 ///
 /// Hidden option for `peersync bench sync` (not in the usage text): `--stats-json` prints,
 /// after a replication that completed, exactly one JSON line on stdout:
@@ -25,6 +28,7 @@ import Synchronization
 /// and received at the WebSocket level: message payloads plus WebSocket frame headers
 /// (computed for one frame per message, client frames masked); TLS record and TCP/IP
 /// overhead are not included. `peak_rss_kb` is this process's `VmHWM` (0 where unknown).
+/// It is the last line, after the summary line.
 enum SyncCommand {
     static let usage = """
     usage: peersync --db DIR [--backend sqlite|lmdb] sync URL [--push|--pull] [--continuous]
@@ -72,13 +76,16 @@ enum SyncCommand {
             let db = try await ReplicationCLI.openDatabase(options.value("db") ?? "", backend: options.value("backend"))
             var config = ReplicatorConfiguration(target: endpoint)
             var collectionConfig = CollectionConfiguration()
-            switch options.value("conflict") ?? "default" {
-            case "local": collectionConfig.conflictResolver = ConflictResolvers.localWins
-            case "remote": collectionConfig.conflictResolver = ConflictResolvers.remoteWins
+            let resolverName = options.value("conflict") ?? "default"
+            let report = SyncReport(resolverName: resolverName)
+            let resolver: any ConflictResolver
+            switch resolverName {
+            case "local": resolver = ConflictResolvers.localWins
+            case "remote": resolver = ConflictResolvers.remoteWins
             case "merge":
                 // Union of the top-level properties; on a clash the value of the revision with
                 // the higher ID wins, so both peers compute the same merge.
-                collectionConfig.conflictResolver = ConflictResolvers.merge { local, remote in
+                resolver = ConflictResolvers.merge { local, remote in
                     var localHigher = false
                     if let l = local.revisionID.flatMap({ try? RevisionID($0) }),
                        let r = remote.revisionID.flatMap({ try? RevisionID($0) }) {
@@ -87,8 +94,9 @@ enum SyncCommand {
                     let (low, high) = localHigher ? (remote, local) : (local, remote)
                     return low.properties.merging(high.properties) { _, winner in winner }
                 }
-            default: break
+            default: resolver = ConflictResolvers.default
             }
+            collectionConfig.conflictResolver = ReportingConflictResolver(base: resolver, report: report)
             if let ids = options.value("doc-ids") {
                 collectionConfig.documentIDs = ids.split(separator: ",").map { String($0) }.filter { !$0.isEmpty }
             }
@@ -121,7 +129,7 @@ enum SyncCommand {
             let clock = ContinuousClock()
             let started = clock.now
             let code = await replicate(replicator, continuous: config.continuous, reset: options.flag("reset"),
-                                       verbose: options.flag("verbose"))
+                                       verbose: options.flag("verbose"), report: report)
             if code == 0, options.flag("stats-json") {
                 let elapsed = clock.now - started
                 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
@@ -155,10 +163,13 @@ enum SyncCommand {
         return [try Certificate(derBytes: bytes)]
     }
 
-    private static func replicate(_ replicator: Replicator, continuous: Bool, reset: Bool, verbose: Bool) async -> Int32 {
+    private static func replicate(_ replicator: Replicator, continuous: Bool, reset: Bool, verbose: Bool,
+                                  report: SyncReport) async -> Int32 {
         let terminal = ReplicationCLI.stderrIsTerminal
+        replicator.addDocumentReplicationListener { report.record($0) }
         replicator.addChangeListener { change in
             let s = change.status
+            report.recordStatus(s.activity)
             if verbose {
                 FileHandle.standardError.write(Data("activity \(s.activity) \(s.progress.completed)/\(s.progress.total)\n".utf8))
             } else if terminal && s.activity != .stopped {
@@ -179,6 +190,7 @@ enum SyncCommand {
         } else {
             await replicator.waitUntilStopped()
         }
+        await report.waitForStoppedEvent()
         if terminal && !verbose { FileHandle.standardError.write(Data("\n".utf8)) }
         if let error = replicator.status.error {
             ReplicationCLI.fail(error.message)
@@ -188,6 +200,7 @@ enum SyncCommand {
         if terminal || verbose {
             FileHandle.standardError.write(Data("replication complete (\(p.completed) changes)\n".utf8))
         }
+        ReplicationCLI.emit(report.summary)
         return 0
     }
 }

@@ -61,7 +61,7 @@ public func fuzzHTTPParser(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         if request.body.count > maxBody { fatalError("request body over the limit") }
         _ = WebSocketHandshake.isUpgradeRequest(request)
         _ = WebSocketHandshake.validateUpgradeRequest(request)
-        if let auth = request.headers["Authorization"] { _ = WebSocketHandshake.parseBasicAuthorization(auth) }
+        if let auth = request.headers["Authorization"] { _ = BasicAuthorization.parse(auth) }
         // Re-frame the body with Content-Length (serialized() writes bodies raw).
         var plain = request
         plain.headers.remove("Transfer-Encoding")

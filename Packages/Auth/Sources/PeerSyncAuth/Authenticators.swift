@@ -105,32 +105,6 @@ public struct ListenerCertificateAuthenticator: ListenerAuthenticator {
 
 // MARK: Helpers
 
-/// The HTTP `Authorization: Basic ...` header (RFC 7617), UTF-8 credentials.
-public enum BasicAuthorization {
-    /// `Basic <base64(username:password)>`.
-    public static func headerValue(username: String, password: String) -> String {
-        "Basic " + Data((username + ":" + password).utf8).base64EncodedString()
-    }
-
-    /// Parses a header value (scheme case-insensitive, base64 padding optional). Returns
-    /// `nil` for another scheme, invalid base64, non-UTF-8 text, a missing `:` or a value
-    /// longer than 8 KiB. The user name ends at the first `:` (it cannot contain one).
-    public static func parse(_ headerValue: String) -> (username: String, password: String)? {
-        guard headerValue.utf8.count <= 8192 else { return nil }
-        let trimmed = headerValue.trimmingCharacters(in: .whitespaces)
-        guard trimmed.count > 6, trimmed.prefix(6).lowercased() == "basic " else { return nil }
-        var token = trimmed.dropFirst(6).trimmingCharacters(in: .whitespaces)
-        guard !token.isEmpty, !token.contains(" ") else { return nil }
-        let remainder = token.utf8.count % 4
-        if remainder == 1 { return nil }
-        if remainder > 0 { token += String(repeating: "=", count: 4 - remainder) }
-        guard let data = Data(base64Encoded: token),
-              let text = String(validating: [UInt8](data), as: UTF8.self),
-              let colon = text.firstIndex(of: ":") else { return nil }
-        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
-    }
-}
-
 /// Compares two byte sequences in time that depends only on their lengths, not on where
 /// they differ — for secrets (passwords, tokens, MACs).
 public func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {

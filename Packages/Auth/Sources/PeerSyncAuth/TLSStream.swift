@@ -34,7 +34,7 @@ public final class TLSStream: ByteStream {
 
     private let underlying: any ByteStream
     private let connection: SSLConnection
-    private let writeGate = AsyncGate()
+    private let writeGate = AsyncLock()
 
     /// The peer's leaf certificate, if it sent one.
     public var peerCertificate: Certificate? { peerCertificateChain.first }
@@ -584,44 +584,4 @@ final class Flag: Sendable {
     private let value = Locked(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
-}
-
-/// A FIFO async mutual-exclusion gate (not reentrant): keeps ciphertext writes in order
-/// without holding a lock across `await`.
-final class AsyncGate: Sendable {
-    private let state = Locked<(locked: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func acquire() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let acquired = state.withLock { s -> Bool in
-                if !s.locked {
-                    s.locked = true
-                    return true
-                }
-                s.waiters.append(continuation)
-                return false
-            }
-            if acquired { continuation.resume() }
-        }
-    }
-
-    func tryAcquire() -> Bool {
-        state.withLock { s in
-            if s.locked { return false }
-            s.locked = true
-            return true
-        }
-    }
-
-    /// Hands the gate to the next waiter, or opens it.
-    func release() {
-        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            if s.waiters.isEmpty {
-                s.locked = false
-                return nil
-            }
-            return s.waiters.removeFirst()
-        }
-        next?.resume()
-    }
 }

@@ -44,16 +44,59 @@ public enum BLIPCloseReason: Sendable, Equatable {
 ///
 /// Any protocol violation closes the connection with code 1002 (or 1011 for internal
 /// failures) and ends every pending request with the error.
+///
+/// Streamed bodies: a request (``sendRequest(_:body:)``) or a response (a handler registered
+/// with ``setStreamingHandler(profile:concurrent:_:)`` returning ``BLIPReply/streamed(_:body:)``)
+/// can take its body from a ``BLIPBodySource`` pulled only as frames are written, and a
+/// response can be received chunk by chunk (``sendRequestStreamingResponse(_:body:)``) with
+/// ACKs sent only as the consumer takes the data, so neither side holds a large body in
+/// memory. Incoming *requests* are always assembled whole (up to
+/// ``BLIPTuning/maxMessageSize``).
 public actor BLIPConnection {
     public typealias Handler = @Sendable (BLIPRequest) async throws -> BLIPMessage?
+    /// A handler that may answer with a streamed body.
+    public typealias StreamingHandler = @Sendable (BLIPRequest) async throws -> BLIPReply?
 
     private struct Outgoing {
         var message: BLIPMessage
+        /// The encoded bytes not yet framed start at `offset` (a streamed body appends here).
         var content: [UInt8]
         var offset = 0
+        var begun = false
         var sentCounted: UInt64 = 0
         var ackedCounted: UInt64 = 0
+        /// The id of its body source in `outStreams`; nil for a whole message.
+        var streamID: UInt64?
         var isUrgent: Bool { message.flags.contains(.urgent) }
+        var buffered: Int { content.count - offset }
+    }
+
+    /// The source side of an outgoing streamed body.
+    private struct OutStream {
+        /// The source ended: everything is in the message's `content`.
+        var finished = false
+        /// The pump waiting for the buffer to drain (resumed with false when it must stop).
+        var pumpWaiter: CheckedContinuation<Bool, Never>?
+        var pump: Task<Void, Never>?
+    }
+
+    /// A streamed response whose properties have not arrived yet.
+    private struct StreamHead {
+        var continuation: CheckedContinuation<BLIPIncomingResponse, any Error>
+        var received: UInt64 = 0
+    }
+
+    /// An incoming streamed response body.
+    private struct InStream {
+        /// Chunks not yet taken, each with the flow-control byte count at its end.
+        var chunks: [(bytes: [UInt8], wireEnd: UInt64)] = []
+        var buffered = 0
+        var received: UInt64 = 0
+        var acked: UInt64 = 0
+        var complete = false
+        var failure: PeerSyncError?
+        var abandoned = false
+        var waiter: CheckedContinuation<Void, Never>?
     }
 
     private struct PendingResponse {
@@ -74,7 +117,7 @@ public actor BLIPConnection {
     public nonisolated let tuning: BLIPTuning
     private let encoder: BLIPFrameEncoder
     private let decoder: BLIPFrameDecoder
-    private var handlers: [String: Handler] = [:]
+    private var handlers: [String: StreamingHandler] = [:]
     private var concurrentProfiles: Set<String> = []
     private var nextRequestNumber: UInt64 = 1
     private var outgoing: [Outgoing] = []
@@ -88,6 +131,12 @@ public actor BLIPConnection {
     private var closeWaiters: [CheckedContinuation<BLIPCloseReason, Never>] = []
     private var started = false
     private var tasks: [Task<Void, Never>] = []
+    private var outStreams: [UInt64: OutStream] = [:]
+    private var nextStreamID: UInt64 = 1
+    private var streamHeads: [UInt64: StreamHead] = [:]
+    private var inStreams: [UInt64: InStream] = [:]
+    private var readerWakeup: CheckedContinuation<Void, Never>?
+    private var statistics = BLIPStreamStatistics()
 
     public init(channel: any BLIPFrameChannel, tuning: BLIPTuning = BLIPTuning()) throws {
         self.channel = channel
@@ -103,6 +152,14 @@ public actor BLIPConnection {
     /// handler (one that itself waits for the peer, e.g. a `rev` handler fetching blobs) does
     /// not hold back the requests behind it; its response is sent when it finishes.
     public func setHandler(profile: String, concurrent: Bool = false, _ handler: @escaping Handler) {
+        setStreamingHandler(profile: profile, concurrent: concurrent) { request in
+            try await handler(request).map { .message($0) }
+        }
+    }
+
+    /// Registers a handler that may answer with a streamed body (``BLIPReply/streamed(_:body:)``);
+    /// otherwise the same as ``setHandler(profile:concurrent:_:)``.
+    public func setStreamingHandler(profile: String, concurrent: Bool = false, _ handler: @escaping StreamingHandler) {
         handlers[profile] = handler
         if concurrent { concurrentProfiles.insert(profile) } else { concurrentProfiles.remove(profile) }
     }
@@ -126,20 +183,57 @@ public actor BLIPConnection {
     /// Sends a request and waits for its response. Requests marked `.noReply` return an empty
     /// response as soon as they are queued.
     public func sendRequest(_ request: BLIPMessage) async throws -> BLIPMessage {
+        try await send(request, body: nil)
+    }
+
+    /// Sends a request whose body is `request.body` followed by the chunks of `body` (pulled
+    /// as frames are written) and waits for its whole response. See ``BLIPBodySource`` for
+    /// what a failing source does.
+    public func sendRequest(_ request: BLIPMessage, body: BLIPBodySource) async throws -> BLIPMessage {
+        try await send(request, body: body)
+    }
+
+    /// Sends a request (optionally with a streamed body) and returns its response as soon as
+    /// the response's properties arrive; the response body is then read chunk by chunk from
+    /// ``BLIPIncomingResponse/body`` with backpressure. `.noReply` is ignored.
+    public func sendRequestStreamingResponse(_ request: BLIPMessage, body: BLIPBodySource? = nil) async throws -> BLIPIncomingResponse {
+        if let reason = closeReason { throw Self.error(for: reason) }
+        var message = request
+        message.type = .request
+        message.flags.remove(.noReply)
+        message.number = nextRequestNumber
+        nextRequestNumber += 1
+        decoder.expectResponse(to: message.number, streamed: true)
+        return try await withCheckedThrowingContinuation { continuation in
+            streamHeads[message.number] = StreamHead(continuation: continuation)
+            enqueue(message, body: body)
+        }
+    }
+
+    private func send(_ request: BLIPMessage, body: BLIPBodySource?) async throws -> BLIPMessage {
         if let reason = closeReason { throw Self.error(for: reason) }
         var message = request
         message.type = .request
         message.number = nextRequestNumber
         nextRequestNumber += 1
         if message.flags.contains(.noReply) {
-            enqueue(message)
+            enqueue(message, body: body)
             return BLIPMessage(type: .response, number: message.number)
         }
         decoder.expectResponse(to: message.number)
         return try await withCheckedThrowingContinuation { continuation in
             pendingResponses[message.number] = PendingResponse(continuation: continuation)
-            enqueue(message)
+            enqueue(message, body: body)
         }
+    }
+
+    /// Byte counts of streamed bodies held in memory (see ``BLIPStreamStatistics``).
+    public var streamStatistics: BLIPStreamStatistics { statistics }
+
+    /// Resets the peak counts of ``streamStatistics`` to the current ones.
+    public func resetStreamStatisticsPeaks() {
+        statistics.peakBufferedInboundBytes = statistics.bufferedInboundBytes
+        statistics.peakBufferedOutboundBytes = statistics.bufferedOutboundBytes
     }
 
     /// Sends a request that expects no reply.
@@ -165,9 +259,87 @@ public actor BLIPConnection {
 
     // MARK: - Writing
 
-    private func enqueue(_ message: BLIPMessage) {
-        outgoing.append(Outgoing(message: message, content: message.encodedContent()))
+    private func enqueue(_ message: BLIPMessage, body source: BLIPBodySource? = nil) {
+        var out = Outgoing(message: message, content: message.encodedContent())
+        if let source {
+            let id = nextStreamID
+            nextStreamID += 1
+            out.streamID = id
+            var stream = OutStream()
+            stream.pump = Task {
+                do {
+                    try await source.run { chunk in await self.deposit(id, chunk) }
+                    await self.endStream(id, nil)
+                } catch {
+                    await self.endStream(id, error)
+                }
+            }
+            outStreams[id] = stream
+        }
+        outgoing.append(out)
         wakeWriter()
+    }
+
+    /// The most bytes of a streamed body buffered before its pump waits.
+    private var sendBufferLimit: Int { max(tuning.streamSendBufferSize, 2 * tuning.maxFrameSize) }
+
+    /// Adds a chunk from a body source; waits while the message's buffer is full. Returns
+    /// false when the source must stop (connection closed).
+    private func deposit(_ id: UInt64, _ chunk: [UInt8]) async -> Bool {
+        guard closeReason == nil, outStreams[id] != nil,
+              let i = outgoing.firstIndex(where: { $0.streamID == id }) else { return false }
+        outgoing[i].content.append(contentsOf: chunk)
+        updateOutboundStatistics()
+        wakeWriter()
+        guard outgoing[i].buffered >= sendBufferLimit else { return true }
+        return await withCheckedContinuation { continuation in
+            if closeReason == nil, outStreams[id] != nil {
+                outStreams[id]?.pumpWaiter = continuation
+            } else {
+                continuation.resume(returning: false)
+            }
+        }
+    }
+
+    /// The source of stream `id` ended, normally or with `error`.
+    private func endStream(_ id: UInt64, _ error: (any Error)?) async {
+        guard closeReason == nil, outStreams[id] != nil else { return }
+        guard let error else {
+            outStreams[id]?.finished = true
+            wakeWriter()
+            return
+        }
+        outStreams[id] = nil
+        let failure = Self.wrap(error, "reading a streamed BLIP body")
+        guard let i = outgoing.firstIndex(where: { $0.streamID == id }) else { return }
+        let old = outgoing[i]
+        if !old.begun && old.message.type != .request {
+            // Nothing of the response is on the wire yet: answer with an error instead.
+            var response = Self.errorResponse(for: failure)
+            response.number = old.message.number
+            if old.isUrgent { response.flags.insert(.urgent) }
+            outgoing[i] = Outgoing(message: response, content: response.encodedContent())
+            updateOutboundStatistics()
+            wakeWriter()
+        } else {
+            outgoing.remove(at: i)
+            roundRobin = outgoing.isEmpty ? 0 : roundRobin % outgoing.count
+            updateOutboundStatistics()
+            await finish(.error(failure), code: 1011, reason: "a streamed message body failed")
+        }
+    }
+
+    private func updateOutboundStatistics() {
+        var total = 0
+        for m in outgoing where m.streamID != nil { total += m.buffered }
+        statistics.bufferedOutboundBytes = total
+        statistics.peakBufferedOutboundBytes = max(statistics.peakBufferedOutboundBytes, total)
+    }
+
+    private static func errorResponse(for error: PeerSyncError) -> BLIPMessage {
+        let domain = error.context["blipDomain"] ?? "BLIP"
+        let code = error.context["blipCode"].flatMap { Int($0) } ?? 500
+        return .error(domain: domain, code: code, message: error.message)
     }
 
     private func wakeWriter() {
@@ -178,7 +350,10 @@ public actor BLIPConnection {
     }
 
     private func sendable(_ m: Outgoing) -> Bool {
-        m.sentCounted - min(m.sentCounted, m.ackedCounted) < UInt64(tuning.maxUnackedBytes)
+        guard m.sentCounted - min(m.sentCounted, m.ackedCounted) < UInt64(tuning.maxUnackedBytes) else { return false }
+        guard let id = m.streamID else { return true }
+        // A streamed body waits for a full frame's worth (or its end) before the next frame.
+        return outStreams[id]?.finished ?? true || m.buffered >= tuning.maxFrameSize
     }
 
     /// The next frame to write, or nil when the connection closed. Suspends while there is
@@ -200,7 +375,7 @@ public actor BLIPConnection {
         var eligible = [Bool](repeating: false, count: outgoing.count)
         var unbegunRequestSeen = false
         for (i, m) in outgoing.enumerated() {
-            let unbegunRequest = m.message.type == .request && m.offset == 0
+            let unbegunRequest = m.message.type == .request && !m.begun
             eligible[i] = sendable(m) && !(unbegunRequest && unbegunRequestSeen)
             if unbegunRequest { unbegunRequestSeen = true }
         }
@@ -217,18 +392,32 @@ public actor BLIPConnection {
         let urgentWaiting = !outgoing[i].isUrgent && outgoing.contains { $0.isUrgent }
         let frameSize = urgentWaiting ? tuning.urgentFrameSize : tuning.maxFrameSize
         var m = outgoing[i]
+        let sourceFinished = m.streamID.map { outStreams[$0]?.finished ?? true } ?? true
         do {
             let (frame, counted) = try encoder.nextFrame(type: m.message.type, number: m.message.number,
                                                          flags: m.message.flags, content: m.content,
-                                                         offset: &m.offset, maxFrameSize: frameSize)
+                                                         offset: &m.offset, maxFrameSize: frameSize,
+                                                         isLast: sourceFinished)
             m.sentCounted += UInt64(counted)
-            if m.offset >= m.content.count {
+            m.begun = true
+            if let id = m.streamID {
+                // Drop what was framed; let the pump refill.
+                m.content.removeFirst(m.offset)
+                m.offset = 0
+                if m.buffered < sendBufferLimit, let waiter = outStreams[id]?.pumpWaiter {
+                    outStreams[id]?.pumpWaiter = nil
+                    waiter.resume(returning: true)
+                }
+            }
+            if sourceFinished && m.offset >= m.content.count {
+                if let id = m.streamID { outStreams[id] = nil }
                 outgoing.remove(at: i)
                 roundRobin = outgoing.isEmpty ? 0 : i % outgoing.count
             } else {
                 outgoing[i] = m
                 roundRobin = (i + 1) % outgoing.count
             }
+            if m.streamID != nil { updateOutboundStatistics() }
             return frame
         } catch {
             Task { await self.finish(.error(error), code: 1011, reason: error.message) }
@@ -268,6 +457,18 @@ public actor BLIPConnection {
                 await finish(.error(error), code: 1002, reason: error.message)
                 return
             }
+            // Safety valve for very compressible streamed bodies: stop reading until the
+            // consumers take their data.
+            while closeReason == nil, statistics.bufferedInboundBytes > tuning.maxStreamBufferedBytes {
+                await withCheckedContinuation { readerWakeup = $0 }
+            }
+        }
+    }
+
+    private func wakeReader() {
+        if let waiter = readerWakeup {
+            readerWakeup = nil
+            waiter.resume()
         }
     }
 
@@ -282,6 +483,29 @@ public actor BLIPConnection {
                 if let i = outgoing.firstIndex(where: { $0.message.number == number && ($0.message.type == .request) == (type == .request) }) {
                     outgoing[i].ackedCounted = max(outgoing[i].ackedCounted, received)
                     wakeWriter()
+                }
+            case .streamProgress(let number, let received):
+                if inStreams[number] != nil {
+                    inStreams[number]?.received = received
+                } else {
+                    streamHeads[number]?.received = received
+                }
+            case .started(let type, let number, let flags, let properties) where type != .request && streamHeads[number] != nil:
+                guard let head = streamHeads.removeValue(forKey: number) else { continue }
+                var stream = InStream()
+                stream.received = head.received
+                inStreams[number] = stream
+                let body = BLIPIncomingBody(handle: BLIPStreamHandle(connection: self, number: number))
+                head.continuation.resume(returning: BLIPIncomingResponse(type: type, number: number, flags: flags,
+                                                                         properties: properties, body: body))
+            case .body(let type, let number, let bytes) where type != .request && inStreams[number] != nil:
+                receiveStreamed(number, bytes)
+            case .completed(let type, let number) where type != .request && inStreams[number] != nil:
+                inStreams[number]?.complete = true
+                if inStreams[number]?.abandoned == true {
+                    inStreams[number] = nil
+                } else {
+                    wakeStream(number)
                 }
             case .started(let type, let number, let flags, let properties):
                 if type == .request {
@@ -319,6 +543,96 @@ public actor BLIPConnection {
         }
     }
 
+    // MARK: - Incoming streamed bodies
+
+    private func receiveStreamed(_ number: UInt64, _ bytes: [UInt8]) {
+        guard var stream = inStreams[number] else { return }
+        if stream.abandoned {
+            inStreams[number] = stream
+            acknowledge(number, upTo: stream.received)
+            return
+        }
+        stream.chunks.append((bytes, stream.received))
+        stream.buffered += bytes.count
+        inStreams[number] = stream
+        statistics.bufferedInboundBytes += bytes.count
+        statistics.peakBufferedInboundBytes = max(statistics.peakBufferedInboundBytes, statistics.bufferedInboundBytes)
+        wakeStream(number)
+    }
+
+    private func wakeStream(_ number: UInt64) {
+        if let waiter = inStreams[number]?.waiter {
+            inStreams[number]?.waiter = nil
+            waiter.resume()
+        }
+    }
+
+    /// Marks the stream's bytes up to `consumed` as taken and ACKs them once at least
+    /// ``BLIPTuning/ackThreshold`` bytes were taken since the last ACK.
+    private func acknowledge(_ number: UInt64, upTo consumed: UInt64) {
+        guard let stream = inStreams[number], !stream.complete,
+              consumed >= stream.acked + UInt64(tuning.ackThreshold) else { return }
+        inStreams[number]?.acked = consumed
+        controlFrames.append(BLIPFrameEncoder.ackFrame(type: .ackResponse, number: number, received: consumed))
+        wakeWriter()
+    }
+
+    /// The next chunk of incoming stream `number`, nil at its end. Waits for data.
+    func takeChunk(of number: UInt64) async throws(PeerSyncError) -> [UInt8]? {
+        while true {
+            guard var stream = inStreams[number] else { return nil }
+            if !stream.chunks.isEmpty {
+                let (bytes, wireEnd) = stream.chunks.removeFirst()
+                stream.buffered -= bytes.count
+                inStreams[number] = stream
+                statistics.bufferedInboundBytes -= bytes.count
+                acknowledge(number, upTo: wireEnd)
+                if statistics.bufferedInboundBytes <= tuning.maxStreamBufferedBytes { wakeReader() }
+                return bytes
+            }
+            if let failure = stream.failure {
+                inStreams[number] = nil
+                throw failure
+            }
+            if stream.complete {
+                inStreams[number] = nil
+                return nil
+            }
+            if stream.abandoned {
+                throw PeerSyncError(.cancelled, "reading a streamed BLIP body was cancelled")
+            }
+            if Task.isCancelled {
+                abandonStream(number)
+                throw PeerSyncError(.cancelled, "reading a streamed BLIP body was cancelled")
+            }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { inStreams[number]?.waiter = $0 }
+            } onCancel: {
+                Task { await self.wakeStream(number) }
+            }
+        }
+    }
+
+    /// The consumer of stream `number` went away: drop what is buffered and ACK (then discard)
+    /// whatever else of it arrives, so the sender can finish.
+    func abandonStream(_ number: UInt64) {
+        guard var stream = inStreams[number] else { return }
+        if stream.complete || stream.failure != nil {
+            statistics.bufferedInboundBytes -= stream.buffered
+            inStreams[number] = nil
+            wakeReader()
+            return
+        }
+        statistics.bufferedInboundBytes -= stream.buffered
+        stream.chunks = []
+        stream.buffered = 0
+        stream.abandoned = true
+        inStreams[number] = stream
+        acknowledge(number, upTo: stream.received)
+        wakeStream(number)
+        wakeReader()
+    }
+
     // MARK: - Dispatching
 
     private func dispatch(_ request: BLIPRequest) async {
@@ -332,13 +646,18 @@ public actor BLIPConnection {
     private func respond(to request: BLIPRequest) async {
         let handler = request.profile.flatMap { handlers[$0] }
         var response: BLIPMessage
+        var bodySource: BLIPBodySource?
         if let handler {
             do {
-                response = try await handler(request) ?? BLIPMessage(type: .response)
+                switch try await handler(request) {
+                case .none: response = BLIPMessage(type: .response)
+                case .message(let message)?: response = message
+                case .streamed(let message, let body)?:
+                    response = message
+                    bodySource = body
+                }
             } catch let error as PeerSyncError {
-                let domain = error.context["blipDomain"] ?? "BLIP"
-                let code = error.context["blipCode"].flatMap { Int($0) } ?? 500
-                response = .error(domain: domain, code: code, message: error.message)
+                response = Self.errorResponse(for: error)
             } catch {
                 response = .error(domain: "BLIP", code: 500, message: "\(error)")
             }
@@ -351,7 +670,7 @@ public actor BLIPConnection {
         // Responses keep the request's urgency, as LiteCore does.
         if request.message.flags.contains(.urgent) { response.flags.insert(.urgent) }
         response.flags.remove(.noReply)
-        enqueue(response)
+        enqueue(response, body: bodySource)
     }
 
     // MARK: - Closing
@@ -362,6 +681,21 @@ public actor BLIPConnection {
         let error = Self.error(for: reason)
         for (_, pending) in pendingResponses { pending.continuation.resume(throwing: error) }
         pendingResponses.removeAll()
+        for (_, head) in streamHeads { head.continuation.resume(throwing: error) }
+        streamHeads.removeAll()
+        let unfinished = reason == .normal
+            ? PeerSyncError(.closed, "the BLIP connection closed before the streamed message was complete") : error
+        for (number, stream) in inStreams where !stream.complete {
+            inStreams[number]?.failure = unfinished
+            if stream.abandoned { inStreams[number] = nil }
+            wakeStream(number)
+        }
+        for (_, stream) in outStreams {
+            stream.pumpWaiter?.resume(returning: false)
+            stream.pump?.cancel()
+        }
+        outStreams.removeAll()
+        wakeReader()
         requestQueue?.finish()
         wakeWriter()
         for waiter in closeWaiters { waiter.resume(returning: reason) }

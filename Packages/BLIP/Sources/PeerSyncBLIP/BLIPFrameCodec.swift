@@ -17,6 +17,13 @@ public struct BLIPTuning: Sendable, Hashable {
     /// Maximum size of a message that is assembled in memory (streamed messages are not
     /// limited by this).
     public var maxMessageSize = 64 * 1024 * 1024
+    /// Streamed bodies: the most bytes of an outgoing body source buffered ahead of the
+    /// frames written (at least two frames' worth is always allowed).
+    public var streamSendBufferSize = 64 * 1024
+    /// Streamed bodies: when the incoming streamed bodies hold more than this many bytes not
+    /// yet taken by their consumers, the connection stops reading frames until they drain
+    /// (only reached with very compressible data, since ACKs follow consumption).
+    public var maxStreamBufferedBytes = 1024 * 1024
     /// Deflate level for compressed frames (0 disables compression; LiteCore: 6).
     public var compressionLevel: Int32 = 6
 
@@ -37,18 +44,21 @@ final class BLIPFrameEncoder {
     /// The next frame of a message: at most about `maxFrameSize` bytes of content from
     /// `content[offset...]`. Returns the frame and the payload byte count that flow control
     /// counts (payload after the header, checksum included), and advances `offset`.
+    /// `isLast: false` (a streamed body with more to come) keeps MoreComing set even when the
+    /// frame takes the rest of `content`.
     func nextFrame(type: BLIPMessageType, number: UInt64, flags: BLIPFlags, content: [UInt8],
-                   offset: inout Int, maxFrameSize: Int) throws(PeerSyncError) -> (frame: [UInt8], counted: Int) {
+                   offset: inout Int, maxFrameSize: Int, isLast: Bool = true) throws(PeerSyncError) -> (frame: [UInt8], counted: Int) {
         var header: [UInt8] = []
         Varint.append(number, to: &header)
         let headerRoom = header.count + 1 + 4  // flags byte + checksum
         let room = max(1, maxFrameSize - headerRoom)
-        let compress = flags.contains(.compressed) && deflater != nil
         let end = min(content.count, offset + room)
         let slice = content[offset..<end]
+        // An empty payload (the end of a streamed body) is never sent through the deflater.
+        let compress = flags.contains(.compressed) && deflater != nil && !slice.isEmpty
         var frameFlags = flags.subtracting([.moreComing, .compressed])
         if compress { frameFlags.insert(.compressed) }
-        if end < content.count { frameFlags.insert(.moreComing) }
+        if end < content.count || !isLast { frameFlags.insert(.moreComing) }
         frameFlags = BLIPFlags(rawValue: frameFlags.rawValue | type.rawValue)
 
         var frame = header
@@ -89,6 +99,10 @@ enum BLIPInboundEvent: Equatable {
     case body(type: BLIPMessageType, number: UInt64, bytes: [UInt8])
     /// The message's last frame arrived.
     case completed(type: BLIPMessageType, number: UInt64)
+    /// A frame of a streamed response arrived (emitted after `.started`, before `.body`): `received` is the
+    /// flow-control byte count of the message so far. The decoder sends no ACKs for streamed
+    /// responses; the connection ACKs as the consumer takes the data.
+    case streamProgress(number: UInt64, received: UInt64)
     /// An ACK frame to send back to the peer (flow control).
     case sendAck([UInt8])
 }
@@ -116,6 +130,8 @@ final class BLIPFrameDecoder {
     private var responses: [UInt64: Incoming] = [:]
     /// Numbers of our requests that expect a response and have not completed one.
     private var awaitingResponse: Set<UInt64> = []
+    /// The subset of `awaitingResponse` whose response is streamed to a consumer.
+    private var streamedResponses: Set<UInt64> = []
 
     init(tuning: BLIPTuning) throws(PeerSyncError) {
         self.tuning = tuning
@@ -123,10 +139,17 @@ final class BLIPFrameDecoder {
     }
 
     /// Call when sending a request that expects a response, so its response is accepted.
-    func expectResponse(to number: UInt64) { awaitingResponse.insert(number) }
+    /// With `streamed`, the response's ACKs are left to the connection (see `.streamProgress`).
+    func expectResponse(to number: UInt64, streamed: Bool = false) {
+        awaitingResponse.insert(number)
+        if streamed { streamedResponses.insert(number) }
+    }
 
     /// Call when we gave up on a request (e.g. the connection is closing).
-    func forgetResponse(to number: UInt64) { awaitingResponse.remove(number) }
+    func forgetResponse(to number: UInt64) {
+        awaitingResponse.remove(number)
+        streamedResponses.remove(number)
+    }
 
     func decode(_ frame: [UInt8]) throws(PeerSyncError) -> [BLIPInboundEvent] {
         let bytes = frame[...]
@@ -196,6 +219,7 @@ final class BLIPFrameDecoder {
         }
         state.received += UInt64(counted)
         state.unacked += counted
+        let streamed = type != .request && streamedResponses.contains(number)
 
         var body = payload[...]
         if !state.started {
@@ -216,6 +240,7 @@ final class BLIPFrameDecoder {
                 }
             }
         }
+        if streamed { events.append(.streamProgress(number: number, received: state.received)) }
         if !body.isEmpty {
             events.append(.body(type: state.type, number: number, bytes: Array(body)))
         }
@@ -229,9 +254,10 @@ final class BLIPFrameDecoder {
             if type == .request { requests[number] = nil } else {
                 responses[number] = nil
                 awaitingResponse.remove(number)
+                streamedResponses.remove(number)
             }
         } else {
-            if state.unacked >= tuning.ackThreshold {
+            if !streamed, state.unacked >= tuning.ackThreshold {
                 state.unacked = 0
                 events.append(.sendAck(BLIPFrameEncoder.ackFrame(
                     type: type == .request ? .ackRequest : .ackResponse, number: number, received: state.received)))

@@ -114,6 +114,7 @@ func hex(_ text: String) -> [UInt8] {
                 case .completed: completed = true
                 case .started(_, _, _, let props): #expect(props["id"] == "doc")
                 case .ack: Issue.record("unexpected ack")
+                case .streamProgress: Issue.record("unexpected stream progress for a request")
                 }
             }
         }

@@ -73,29 +73,48 @@ public struct SHA1: Sendable {
         return h.finalize()
     }
 
-    private mutating func processBlock<C: Collection>(_ block: C) where C.Element == UInt8 {
-        state = withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 80) { w in
-            var idx = block.startIndex
+    private mutating func processBlock(_ block: ArraySlice<UInt8>) {
+        block.withUnsafeBytes { processBlock($0) }
+    }
+
+    private mutating func processBlock(_ block: [UInt8]) {
+        block.withUnsafeBytes { processBlock($0) }
+    }
+
+    /// One 64-byte block. Non-generic, on raw pointers and split into the four round groups,
+    /// so even unoptimized (debug) builds hash tens of MB per second.
+    private mutating func processBlock(_ block: UnsafeRawBufferPointer) {
+        state = withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 80) { buffer in
+            let w = buffer.baseAddress.unsafelyUnwrapped
+            let bytes = block.baseAddress.unsafelyUnwrapped
             for t in 0..<16 {
-                var word: UInt32 = 0
-                for _ in 0..<4 { word = word << 8 | UInt32(block[idx]); idx = block.index(after: idx) }
-                w[t] = word
+                w[t] = UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: 4 * t, as: UInt32.self))
             }
             for t in 16..<80 {
                 let x = w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16]
                 w[t] = x << 1 | x >> 31
             }
             var (a, b, c, d, e) = state
-            for t in 0..<80 {
-                let f: UInt32, k: UInt32
-                switch t {
-                case 0..<20: f = (b & c) | (~b & d); k = 0x5A82_7999
-                case 20..<40: f = b ^ c ^ d; k = 0x6ED9_EBA1
-                case 40..<60: f = (b & c) | (b & d) | (c & d); k = 0x8F1B_BCDC
-                default: f = b ^ c ^ d; k = 0xCA62_C1D6
-                }
-                let temp = (a << 5 | a >> 27) &+ f &+ e &+ k &+ w[t]
+            var t = 0
+            while t < 20 {
+                let temp = (a << 5 | a >> 27) &+ ((b & c) | (~b & d)) &+ e &+ 0x5A82_7999 &+ w[t]
                 e = d; d = c; c = b << 30 | b >> 2; b = a; a = temp
+                t &+= 1
+            }
+            while t < 40 {
+                let temp = (a << 5 | a >> 27) &+ (b ^ c ^ d) &+ e &+ 0x6ED9_EBA1 &+ w[t]
+                e = d; d = c; c = b << 30 | b >> 2; b = a; a = temp
+                t &+= 1
+            }
+            while t < 60 {
+                let temp = (a << 5 | a >> 27) &+ ((b & c) | (b & d) | (c & d)) &+ e &+ 0x8F1B_BCDC &+ w[t]
+                e = d; d = c; c = b << 30 | b >> 2; b = a; a = temp
+                t &+= 1
+            }
+            while t < 80 {
+                let temp = (a << 5 | a >> 27) &+ (b ^ c ^ d) &+ e &+ 0xCA62_C1D6 &+ w[t]
+                e = d; d = c; c = b << 30 | b >> 2; b = a; a = temp
+                t &+= 1
             }
             return (state.0 &+ a, state.1 &+ b, state.2 &+ c, state.3 &+ d, state.4 &+ e)
         }

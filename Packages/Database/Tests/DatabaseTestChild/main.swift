@@ -11,31 +11,13 @@
 //
 // BACKEND is "sqlite" or "lmdb" (when their package traits are on) or "memory".
 import Foundation
+import PeerSync
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncStorage
 import Synchronization
-#if SQLite && canImport(PeerSyncSQLite)
-import PeerSyncSQLite
-#endif
-#if LMDB && canImport(PeerSyncLMDB)
-import PeerSyncLMDB
-#endif
 
 enum Child {
-    static func backend(named name: String) -> (any StorageBackend)? {
-        switch name {
-        case "memory": return MemoryStorageBackend()
-        #if SQLite && canImport(PeerSyncSQLite)
-        case "sqlite": return SQLiteStorageBackend()
-        #endif
-        #if LMDB && canImport(PeerSyncLMDB)
-        case "lmdb": return LMDBStorageBackend()
-        #endif
-        default: return nil
-        }
-    }
-
     static func say(_ line: String) {
         FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
@@ -46,7 +28,7 @@ enum Child {
     }
 
     static func run(_ arguments: [String]) async -> Int32 {
-        guard arguments.count >= 4, let backend = backend(named: arguments[1]) else {
+        guard arguments.count >= 4, let backend = StorageBackends.named(arguments[1]) else {
             return fail("usage: database-test-child BACKEND write|stream DBPATH ...")
         }
         let mode = arguments[2]

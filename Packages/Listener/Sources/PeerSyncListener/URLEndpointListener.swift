@@ -294,39 +294,3 @@ public final class URLEndpointListener: Sendable {
 extension WebSocketConnection {
     var remoteAddressDescription: String { "\(self.remoteAddress ?? "?")" }
 }
-
-/// A FIFO async mutex (start/stop of a listener must not interleave).
-final class AsyncLock: Sendable {
-    private let state = Mutex<(locked: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func withLock<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
-        await acquire()
-        defer { release() }
-        return try await body()
-    }
-
-    private func acquire() async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { s -> Bool in
-                if !s.locked {
-                    s.locked = true
-                    return true
-                }
-                s.waiters.append(c)
-                return false
-            }
-            if now { c.resume() }
-        }
-    }
-
-    private func release() {
-        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            if s.waiters.isEmpty {
-                s.locked = false
-                return nil
-            }
-            return s.waiters.removeFirst()
-        }
-        next?.resume()
-    }
-}

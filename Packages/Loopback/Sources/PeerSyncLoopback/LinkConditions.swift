@@ -75,21 +75,15 @@ public struct LinkConditions: Sendable, Hashable {
     }
 }
 
-/// SplitMix64: small, fast, and the same on every platform.
+/// One seeded random stream per link direction (`PeerSyncCore.SplitMix64`), the same on every platform.
 struct LinkRandom {
-    private var state: UInt64
+    private var generator: SplitMix64
 
     init(seed: UInt64, stream: UInt64) {
-        state = seed ^ (stream &* 0xD1B5_4A32_D192_ED03)
+        generator = SplitMix64(state: seed ^ (stream &* 0xD1B5_4A32_D192_ED03))
     }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    mutating func next() -> UInt64 { generator.next() }
 
     /// Uniform in `0..<1`.
     mutating func nextUnit() -> Double {

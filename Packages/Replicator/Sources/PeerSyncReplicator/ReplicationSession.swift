@@ -129,7 +129,6 @@ actor ReplicationSession {
             ("proposeChanges", false, { try await $0.handleChanges($1, proposed: true) }),
             ("rev", true, { try await $0.handleRev($1) }),
             ("norev", false, { try await $0.handleNoRev($1) }),
-            ("getAttachment", true, { try await $0.handleGetAttachment($1) }),
         ]
         for (profile, concurrent, handler) in handlers {
             await blip.setHandler(profile: profile, concurrent: concurrent) { [weak self] request in
@@ -137,6 +136,7 @@ actor ReplicationSession {
                 return try await handler(self, request)
             }
         }
+        await registerBlobHandlers()
     }
 
     func stop() async {
@@ -153,16 +153,17 @@ actor ReplicationSession {
     // MARK: - Requests
 
     func send(_ message: BLIPMessage, _ what: String) async throws -> BLIPMessage {
+        if message.profile == "rev", !sentBlobDigests.isEmpty { return try await sendRevAwaitingBlobs(message, what) }
         let blip = self.blip
         return try await withTimeout(replyTimeout, what) { try await blip.sendRequest(message) }
     }
 
-    private func collectionProperty(_ index: Int) -> BLIPProperties {
+    func collectionProperty(_ index: Int) -> BLIPProperties {
         collectionAware ? [("collection", String(index))] : [:]
     }
 
     /// The collection a request is about, checked as LiteCore does.
-    private func collection(of request: BLIPRequest) throws -> (Int, SessionCollection) {
+    func collection(of request: BLIPRequest) throws -> (Int, SessionCollection) {
         noteFirstMessage(request.profile)
         let value = request.properties["collection"]
         if collectionAware {
@@ -668,6 +669,7 @@ actor ReplicationSession {
         if info.isDeleted { props["deleted"] = "1" }
         if noConflicts { props["noconflicts"] = "1" }
         let full = JSONValue.object(body).json
+        noteSentBlobs(body)
         var reply: BLIPMessage
         if deltas, role == .active || enableDeltaSync, !info.isDeleted, full.count >= Self.minDeltaBodySize,
            let (base, delta) = try await deltaBody(sc: sc, docID: docID, revs: revs, body: body, bodySize: full.count, known: known) {
@@ -910,18 +912,7 @@ actor ReplicationSession {
         for ref in blobReferences(in: .object(body)) {
             if try await database.getBlob(properties: ref) != nil { continue }
             guard let digest = ref["digest"]?.stringValue else { continue }
-            var p = collectionProperty(index)
-            p["digest"] = digest
-            p["docID"] = docID
-            let reply = try await send(.request("getAttachment", properties: p), "getAttachment").checked("getAttachment")
-            let writer = try await database.openBlobWriter()
-            do {
-                try await writer.write(Data(reply.body))
-                pins.append(try await writer.finish(expectedDigest: digest, contentType: ref["content_type"]?.stringValue))
-            } catch {
-                await writer.cancel()
-                throw blipError("HTTP", 422, "attachment \(digest) failed verification: \(error)")
-            }
+            pins.append(try await fetchBlob(digest: digest, reference: ref, index: index, docID: docID))
         }
         // Inserted with the other revisions arriving meanwhile, in one transaction; the reply
         // (returning from this handler) is only sent once that transaction has committed.
@@ -1079,21 +1070,11 @@ actor ReplicationSession {
 
     // MARK: - Blobs
 
-    private func handleGetAttachment(_ request: BLIPRequest) async throws -> BLIPMessage? {
-        _ = try collection(of: request)
-        guard let digest = request.properties["digest"], digest.hasPrefix("sha1-") else {
-            throw blipError("BLIP", 400, "missing or invalid digest")
-        }
-        guard let blob = try await database.getBlob(properties: ["@type": "blob", "digest": .string(digest), "length": 0]) else {
-            throw blipError("HTTP", 404, "no such attachment")
-        }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(Int(blob.length))
-        for try await chunk in blob.contentStream() { bytes.append(contentsOf: chunk) }
-        var flags: BLIPFlags = []
-        if request.properties.bool("compress") { flags.insert(.compressed) }
-        return BLIPMessage(type: .response, flags: flags, body: bytes)
-    }
+    /// Digests referenced by revisions sent in this session: the only ones served to the peer
+    /// (see `ReplicationSession+Blobs.swift`).
+    var sentBlobDigests: Set<String> = []
+    /// When this session last served blob content (a `rev` reply waits while the peer fetches).
+    let blobActivity = BlobActivity()
 
     // MARK: - Passive entry
 

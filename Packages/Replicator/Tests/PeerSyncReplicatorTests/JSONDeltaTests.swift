@@ -67,16 +67,7 @@ import Testing
 
     // MARK: - Random round trips
 
-    struct RNG: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    typealias RNG = SplitMix64
 
     static func randomValue(_ rng: inout RNG, depth: Int) -> JSONValue {
         let kind = depth > 3 ? Int.random(in: 0..<5, using: &rng) : Int.random(in: 0..<7, using: &rng)

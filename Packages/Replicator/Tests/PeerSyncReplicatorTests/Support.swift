@@ -20,6 +20,8 @@ final class Peer: Sendable {
     private let listener: Mutex<LoopbackListener?> = Mutex(nil)
     private let acceptTask: Mutex<Task<Void, Never>?> = Mutex(nil)
     let sessions = Mutex<[PassiveReplicationSession]>([])
+    /// The BLIP connections of the passive sessions (for their stream statistics).
+    let blips = Mutex<[BLIPConnection]>([])
 
     init(_ name: String, network: LoopbackNetwork) async throws {
         self.name = name
@@ -45,6 +47,7 @@ final class Peer: Sendable {
             await withTaskGroup(of: Void.self) { group in
                 while let conn = try? await l.accept() {
                     guard let blip = try? BLIPConnection(connection: conn) else { continue }
+                    self.blips.withLock { $0.append(blip) }
                     let session = PassiveReplicationSession(connection: blip, database: db, collections: cols, options: options)
                     self.sessions.withLock { $0.append(session) }
                     group.addTask { await session.run() }

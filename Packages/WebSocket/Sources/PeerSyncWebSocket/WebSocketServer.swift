@@ -70,7 +70,7 @@ public struct WebSocketRoute: Sendable {
         -> @Sendable (HTTPRequest, WebSocketRequestContext) async -> WebSocketAuthResult {
         { request, _ in
             guard let header = request.headers["Authorization"],
-                  let (user, password) = WebSocketHandshake.parseBasicAuthorization(header) else {
+                  let (user, password) = BasicAuthorization.parse(header) else {
                 return .challenge(realm: realm)
             }
             return await verify(user, password) ? .accept(user: user) : .challenge(realm: realm)

@@ -3,20 +3,6 @@ import PeerSyncCore
 import PeerSyncTransport
 import Synchronization
 
-/// A user name and password for HTTP Basic authentication (RFC 7617).
-public struct HTTPBasicCredentials: Sendable, Hashable {
-    public var username: String
-    public var password: String
-    public init(username: String, password: String) {
-        self.username = username
-        self.password = password
-    }
-    /// The `Authorization` header value.
-    public var authorizationValue: String {
-        WebSocketHandshake.basicAuthorization(username: username, password: password)
-    }
-}
-
 /// Options of ``WebSocketTransport/connect(to:options:)``.
 public struct WebSocketClientOptions: TransportOptions {
     /// Subprotocols offered, in order of preference. When not empty, the server must accept
@@ -27,7 +13,7 @@ public struct WebSocketClientOptions: TransportOptions {
     public var headers: HTTPHeaders = HTTPHeaders()
     /// Credentials sent only when the server answers `401` with `WWW-Authenticate: Basic`:
     /// the client then retries once on a new connection (what a Couchbase Lite client does).
-    public var credentials: HTTPBasicCredentials?
+    public var credentials: BasicAuthenticator?
     /// TLS settings for `wss://`. nil: verify the server against the system CA roots, with
     /// the endpoint's host as SNI and expected name.
     public var tls: TLSConfiguration?
@@ -135,7 +121,7 @@ public struct WebSocketTransport: Transport {
                     asciiLowercased(trimOWS($0)).hasPrefix("basic")
                 }
                 if attempt == 1, basic, let credentials = options.credentials {
-                    authorization = credentials.authorizationValue
+                    authorization = credentials.authorizationHeaderValue
                     continue
                 }
                 throw PeerSyncError(.webSocketUnauthorized,

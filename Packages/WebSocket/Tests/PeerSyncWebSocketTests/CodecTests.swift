@@ -423,12 +423,12 @@ struct HandshakeRuleTests {
 
     @Test("Basic authorization round-trip and Base64")
     func basic() throws {
-        let value = WebSocketHandshake.basicAuthorization(username: "Aladdin", password: "open sesame")
+        let value = BasicAuthorization.headerValue(username: "Aladdin", password: "open sesame")
         #expect(value == "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==")
-        let parsed = try #require(WebSocketHandshake.parseBasicAuthorization(value))
+        let parsed = try #require(BasicAuthorization.parse(value))
         #expect(parsed.username == "Aladdin" && parsed.password == "open sesame")
-        #expect(WebSocketHandshake.parseBasicAuthorization("Bearer x") == nil)
-        #expect(WebSocketHandshake.parseBasicAuthorization("Basic !!!!") == nil)
+        #expect(BasicAuthorization.parse("Bearer x") == nil)
+        #expect(BasicAuthorization.parse("Basic !!!!") == nil)
         for n in 0..<10 {
             let bytes = (0..<n).map { UInt8($0 * 37 & 0xFF) }
             #expect(Base64.decode(Base64.encode(bytes)) == bytes)

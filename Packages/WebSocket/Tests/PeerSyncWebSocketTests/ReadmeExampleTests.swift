@@ -1,3 +1,4 @@
+import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncTransport
 import PeerSyncWebSocket
@@ -30,7 +31,7 @@ struct ReadmeExampleTests {
         // Client: offers the subprotocol, answers the 401 with credentials.
         var options = WebSocketClientOptions()
         options.subprotocols = ["BLIP_3+CBMobile_3"]
-        options.credentials = HTTPBasicCredentials(username: "alice", password: "secret")
+        options.credentials = BasicAuthenticator(username: "alice", password: "secret")
         options.connection.heartbeatInterval = .seconds(30)
         let connection = try await WebSocketTransport().connectWebSocket(
             to: try Endpoint(url: "ws://127.0.0.1:\(server.port)/db/_blipsync"), options: options)

@@ -190,7 +190,7 @@ struct WebSocketTests {
 
         // Right credentials: first request without, retry with Authorization.
         var options = try clientOptions()
-        options.credentials = HTTPBasicCredentials(username: "alice", password: "s3cret")
+        options.credentials = BasicAuthenticator(username: "alice", password: "s3cret")
         let c = try await WebSocketTransport().connectWebSocket(to: try endpoint(server), options: options)
         #expect(seen.all.count == 3)
         #expect(seen.all[1].headers["Authorization"] == nil)
@@ -200,7 +200,7 @@ struct WebSocketTests {
         await c.close()
 
         // Wrong credentials: exactly one retry, then a typed error.
-        options.credentials = HTTPBasicCredentials(username: "alice", password: "wrong")
+        options.credentials = BasicAuthenticator(username: "alice", password: "wrong")
         do {
             _ = try await WebSocketTransport().connectWebSocket(to: try endpoint(server), options: options)
             Issue.record("connected with wrong credentials")
@@ -224,7 +224,7 @@ struct WebSocketTests {
         let server = try await WebSocketServer.start(configuration: configuration, routes: [route])
         defer { Task { await server.stop() } }
         var options = try clientOptions()
-        options.credentials = HTTPBasicCredentials(username: "bob", password: "pw")
+        options.credentials = BasicAuthenticator(username: "bob", password: "pw")
         let c = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, path: "/mydb/_blipsync"), options: options)
         try await c.send(text: "x")
         _ = try await c.receive()

@@ -19,21 +19,6 @@ public enum WebSocketHandshake {
         Base64.encode((0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
     }
 
-    /// The `Authorization: Basic` value for a user and password (RFC 7617, UTF-8).
-    public static func basicAuthorization(username: String, password: String) -> String {
-        "Basic " + Base64.encode(Array("\(username):\(password)".utf8))
-    }
-
-    /// Decodes an `Authorization: Basic` value into user and password, or nil.
-    public static func parseBasicAuthorization(_ value: String) -> (username: String, password: String)? {
-        let trimmed = trimOWS(value)
-        guard trimmed.utf8.count > 6, asciiCaseInsensitiveEquals(String(trimmed.prefix(6)), "basic ") else { return nil }
-        guard let bytes = Base64.decode(trimOWS(String(trimmed.dropFirst(6)))),
-              let text = String(validating: bytes, as: UTF8.self),
-              let colon = text.firstIndex(of: ":") else { return nil }
-        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
-    }
-
     /// Whether the request asks for a WebSocket upgrade at all (`Upgrade: websocket`). Such
     /// a request is then validated by ``validateUpgradeRequest(_:)``; any other request is
     /// plain HTTP.
