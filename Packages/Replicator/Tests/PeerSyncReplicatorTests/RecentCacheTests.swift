@@ -25,7 +25,7 @@ import Testing
     }
 
     @Test func setIsBoundedToo() {
-        var set: RecentSet = ["x"]
+        let set: RecentSet = ["x"]
         #expect(set.contains("x"))
         #expect(!set.contains("y"))
         var small = RecentSet(capacity: 10)
