@@ -6,14 +6,16 @@ import PeerSync
 /// measured in the same run. Never used as timed assertions in tests.
 enum BenchCommand {
     static func run(_ args: [String]) async throws -> Int32 {
-        guard let what = args.first else { throw UsageError("bench needs a subject: storage or transport") }
+        guard let what = args.first else { throw UsageError("bench needs a subject: storage, transport or sync") }
         switch what {
         case "storage":
             return try await StorageBenchmark.run(Array(args.dropFirst()))
         case "transport":
             return try await runTransport(Array(args.dropFirst()))
+        case "sync":
+            return try await SyncBenchmark.run(Array(args.dropFirst()))
         default:
-            throw UsageError("unknown benchmark '\(what)' (available: storage, transport)")
+            throw UsageError("unknown benchmark '\(what)' (available: storage, transport, sync)")
         }
     }
 
@@ -140,19 +142,8 @@ enum StorageBenchmark {
         init(count: Int) {
             var ids: [String] = [], bodies: [[String: JSONValue]] = [], canonical: [[UInt8]] = []
             ids.reserveCapacity(count); bodies.reserveCapacity(count); canonical.reserveCapacity(count)
-            let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
             for i in 0..<count {
-                let id = String(format: "doc-%08d", i)
-                var text = ""
-                var k = UInt(i)
-                while text.utf8.count < 760 { text += words[Int(k % UInt(words.count))] + " "; k = k &* 31 &+ 7 }
-                let body: [String: JSONValue] = [
-                    "index": .int(Int64(i)), "name": .string("Document number \(i)"),
-                    "tags": .array([.string(words[i % 10]), .string(words[(i / 10) % 10])]),
-                    "price": .double(Double(i % 1000) / 10 + 0.25), "active": .bool(i % 3 != 0),
-                    "address": ["street": .string("\(i % 977) Main Street"), "city": .string("Springfield"), "zip": .string(String(10000 + i % 89999))],
-                    "text": .string(text),
-                ]
+                let (id, body) = Self.document(i)
                 ids.append(id)
                 bodies.append(body)
                 canonical.append(JSONValue.object(body).canonicalData)
@@ -160,6 +151,24 @@ enum StorageBenchmark {
             self.ids = ids
             self.bodies = bodies
             self.canonical = canonical
+        }
+
+        /// Document number `i` of every workload: its ID and ~1 KB body (deterministic, so
+        /// benchmarks can generate any range of it without holding all of it in memory).
+        static func document(_ i: Int) -> (id: String, body: [String: JSONValue]) {
+            let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+            let id = String(format: "doc-%08d", i)
+            var text = ""
+            var k = UInt(i)
+            while text.utf8.count < 760 { text += words[Int(k % UInt(words.count))] + " "; k = k &* 31 &+ 7 }
+            let body: [String: JSONValue] = [
+                "index": .int(Int64(i)), "name": .string("Document number \(i)"),
+                "tags": .array([.string(words[i % 10]), .string(words[(i / 10) % 10])]),
+                "price": .double(Double(i % 1000) / 10 + 0.25), "active": .bool(i % 3 != 0),
+                "address": ["street": .string("\(i % 977) Main Street"), "city": .string("Springfield"), "zip": .string(String(10000 + i % 89999))],
+                "text": .string(text),
+            ]
+            return (id, body)
         }
 
         var averageBodySize: Int { canonical.isEmpty ? 0 : canonical.prefix(1000).reduce(0) { $0 + $1.count } / min(1000, canonical.count) }

@@ -5,6 +5,7 @@ import PeerSyncDatabase
 import PeerSyncListener
 import PeerSyncReplicator
 import PeerSyncTransport
+import Synchronization
 
 /// `peersync --db DIR [--backend B] sync URL [--push|--pull] [--continuous] [--user U --password P]
 ///  [--identity LABEL --keystore DIR] [--pinned-cert FILE | --self-signed-only | --ca FILE]
@@ -18,6 +19,16 @@ import PeerSyncTransport
 /// resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
 /// success, one summary line `sync complete: pushed P, pulled Q documents, N conflicts resolved`
 /// (see ``SyncReport``). A failed run prints nothing on stdout but conflict lines.
+///
+/// Hidden option for `peersync bench sync` (not in the usage text): `--stats-json` prints,
+/// after a replication that completed, exactly one JSON line on stdout:
+/// `{"bytes_received":…,"bytes_sent":…,"changes":…,"messages_received":…,"messages_sent":…,"peak_rss_kb":…,"replication_s":…}`.
+/// `replication_s` runs from `Replicator.start` to the stopped state (database open and
+/// process start-up excluded). The byte counts are what this process's connection(s) sent
+/// and received at the WebSocket level: message payloads plus WebSocket frame headers
+/// (computed for one frame per message, client frames masked); TLS record and TCP/IP
+/// overhead are not included. `peak_rss_kb` is this process's `VmHWM` (0 where unknown).
+/// It is the last line, after the summary line.
 enum SyncCommand {
     static let usage = """
     usage: peersync --db DIR [--backend sqlite|lmdb] sync URL [--push|--pull] [--continuous]
@@ -32,7 +43,7 @@ enum SyncCommand {
         do {
             options = try ReplicationCLIOptions(args, valueOptions: ["db", "backend", "user", "password", "identity", "keystore",
                                                                      "pinned-cert", "ca", "conflict", "doc-ids"],
-                                                flagOptions: ["push", "pull", "continuous", "self-signed-only", "reset", "verbose"])
+                                                flagOptions: ["push", "pull", "continuous", "self-signed-only", "reset", "verbose", "stats-json"])
             guard options.positionals.first == "sync", options.positionals.count == 2 else {
                 throw ReplicationCLIUsageError("sync takes exactly one URL")
             }
@@ -110,9 +121,27 @@ enum SyncCommand {
             } else if let file = options.value("ca") {
                 connector.trustedRootCertificates = try readCertificates(file)
             }
-            let replicator = try Replicator(config: config, connector: connector.connector)
+            let counters = WireCounters()
+            let base = connector.connector
+            let replicator = try Replicator(config: config, connector: { cfg in
+                CountingConnection(try await base(cfg), counters: counters)
+            })
+            let clock = ContinuousClock()
+            let started = clock.now
             let code = await replicate(replicator, continuous: config.continuous, reset: options.flag("reset"),
                                        verbose: options.flag("verbose"), report: report)
+            if code == 0, options.flag("stats-json") {
+                let elapsed = clock.now - started
+                let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                let stats: JSONValue = [
+                    "replication_s": .double((seconds * 1e6).rounded() / 1e6),
+                    "bytes_sent": .int(Int64(counters.bytesSent)), "bytes_received": .int(Int64(counters.bytesReceived)),
+                    "messages_sent": .int(Int64(counters.messagesSent)), "messages_received": .int(Int64(counters.messagesReceived)),
+                    "changes": .int(Int64(replicator.status.progress.completed)),
+                    "peak_rss_kb": .int(Int64(peakResidentKB(pid: nil) ?? 0)),
+                ]
+                ReplicationCLI.emit(stats.canonicalString)
+            }
             try await db.close()
             return code
         } catch let error as PeerSyncError {
@@ -174,4 +203,72 @@ enum SyncCommand {
         ReplicationCLI.emit(report.summary)
         return 0
     }
+}
+
+/// Bytes and messages through the replicator's connections (for `sync --stats-json`).
+final class WireCounters: Sendable {
+    private let sent = Atomic<Int>(0), received = Atomic<Int>(0)
+    private let sentCount = Atomic<Int>(0), receivedCount = Atomic<Int>(0)
+
+    var bytesSent: Int { sent.load(ordering: .relaxed) }
+    var bytesReceived: Int { received.load(ordering: .relaxed) }
+    var messagesSent: Int { sentCount.load(ordering: .relaxed) }
+    var messagesReceived: Int { receivedCount.load(ordering: .relaxed) }
+
+    /// WebSocket bytes of one message of `payload` bytes sent in one frame: 2 header bytes,
+    /// 2 or 8 for extended lengths, 4 for the mask (client to server only).
+    static func frameBytes(_ payload: Int, masked: Bool) -> Int {
+        payload + 2 + (payload > 65535 ? 8 : payload > 125 ? 2 : 0) + (masked ? 4 : 0)
+    }
+
+    func didSend(_ payload: Int) {
+        sent.add(Self.frameBytes(payload, masked: true), ordering: .relaxed)
+        sentCount.add(1, ordering: .relaxed)
+    }
+
+    func didReceive(_ payload: Int) {
+        received.add(Self.frameBytes(payload, masked: false), ordering: .relaxed)
+        receivedCount.add(1, ordering: .relaxed)
+    }
+}
+
+/// A connection that counts what passes through it into ``WireCounters`` and otherwise
+/// forwards everything to the wrapped connection.
+final class CountingConnection: MessageConnection {
+    let base: any MessageConnection
+    let counters: WireCounters
+
+    init(_ base: any MessageConnection, counters: WireCounters) {
+        self.base = base
+        self.counters = counters
+    }
+
+    func send(_ message: TransportMessage) async throws {
+        try await base.send(message)
+        counters.didSend(message.byteCount)
+    }
+
+    func receive() async throws -> TransportMessage? {
+        let message = try await base.receive()
+        if let message { counters.didReceive(message.byteCount) }
+        return message
+    }
+
+    func close(code: CloseCode, reason: String) async { await base.close(code: code, reason: reason) }
+    var closeInfo: CloseInfo? { base.closeInfo }
+    var remoteAddress: String? { base.remoteAddress }
+    var peerCertificateChain: [[UInt8]] { base.peerCertificateChain }
+    var kind: TransportKind { base.kind }
+    var maxMessageSize: Int { base.maxMessageSize }
+}
+
+/// The peak resident set size (`VmHWM` of `/proc/<pid>/status`) in KiB of process `pid`
+/// (nil: this process); nil where /proc is unavailable.
+func peakResidentKB(pid: Int32?) -> Int? {
+    let path = "/proc/\(pid.map(String.init) ?? "self")/status"
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+    for line in text.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        return Int(line.dropFirst("VmHWM:".count).trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "")
+    }
+    return nil
 }

@@ -52,6 +52,8 @@ actor ReplicationSession {
     static let minDeltaBodySize = 200
     static let maxDeltaRatio = 1.2
     let batchSize = 200
+    /// Inserts received revisions in shared transactions (see ``RevisionInserter``).
+    let inserter: RevisionInserter
 
     /// Collections in protocol-index order (active: the configured ones; passive: those the
     /// peer asked for in `getCollections`, nil where not served).
@@ -62,9 +64,10 @@ actor ReplicationSession {
     private var sawFirstMessage = false
     private var pushTasks: [Task<Void, Never>] = []
     /// Revisions known to be on the peer, per collection index and document.
-    private var remoteRevs: [Int: [String: RevisionID]] = [:]
+    /// Bounded (see ``RecentMap``): memory stays flat however many documents replicate.
+    private var remoteRevs: [Int: RecentMap<RevisionID>] = [:]
     /// Closed (deleted, non-current) leaves already pushed or known to be on the peer.
-    private var sentLeaves: [Int: Set<String>] = [:]
+    private var sentLeaves: [Int: RecentSet] = [:]
     /// Passive: live revisions proposed by a peer that named our current tombstone as its
     /// `serverRevID` (it saw the deletion and resolved): not a deletion-vs-edit conflict.
     private var overTombstone: Set<String> = []
@@ -106,6 +109,7 @@ actor ReplicationSession {
          replyTimeout: Duration = .seconds(60), events: SessionEvents = SessionEvents()) {
         self.enableDeltaSync = enableDeltaSync
         self.enableAutoPurge = enableAutoPurge
+        self.inserter = RevisionInserter(database: database)
         self.blip = blip
         self.database = database
         self.role = role
@@ -323,63 +327,115 @@ actor ReplicationSession {
               progress: @escaping @Sendable (UInt64) async -> Void) async throws {
         guard let sc = indexed[index] else { return }
         let stream = continuous ? sc.collection.changeStream() : nil
-        var iterator = stream?.makeAsyncIterator()
         var since = start
         var sentCaughtUp = false
-        var firstFailure: UInt64?
+        var pipeline = PushPipeline()
         setBusy(.push(index), true)
         defer { setBusy(.push(index), false) }
-        while !closed, !Task.isCancelled {
-            let changes = try await sc.collection.changes(since: since, limit: batchSize)
-            if changes.isEmpty {
-                if !sentCaughtUp {
-                    sentCaughtUp = true
-                    var props = collectionProperty(index)
-                    props["Profile"] = nil
-                    try await blip.sendNoReply(.request(mode == .propose ? "proposeChanges" : "changes",
-                                                        properties: props, body: Array("[]".utf8)))
+        try await withThrowingTaskGroup(of: (Int, [UInt64]).self) { group in
+            var iterator = stream?.makeAsyncIterator()
+            while !closed, !Task.isCancelled {
+                let changes = try await sc.collection.changes(since: since, limit: batchSize)
+                if changes.isEmpty {
+                    // Caught up: every batch in flight is answered before saying so.
+                    while !pipeline.inFlight.isEmpty { try await collectBatch(&group, &pipeline, progress) }
+                    if !sentCaughtUp {
+                        sentCaughtUp = true
+                        var props = collectionProperty(index)
+                        props["Profile"] = nil
+                        try await blip.sendNoReply(.request(mode == .propose ? "proposeChanges" : "changes",
+                                                            properties: props, body: Array("[]".utf8)))
+                    }
+                    guard continuous, iterator != nil else { return }
+                    setBusy(.push(index), false)
+                    guard await iterator?.next() != nil else { return }
+                    continue
                 }
-                guard continuous, iterator != nil else { return }
-                setBusy(.push(index), false)
-                guard await iterator?.next() != nil else { return }
-                continue
-            }
-            setBusy(.push(index), true)
-            var candidates: [ChangeEntry] = []
-            for change in changes {
-                if let docIDs, !docIDs.contains(change.docID) { continue }
-                if let filter = sc.config.pushFilter {
-                    guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
-                    if !filter(doc, change.deleted ? .deleted : []) { continue }
+                setBusy(.push(index), true)
+                let prefetched = try await prefetch(sc, changes.map(\.docID))
+                var candidates: [ChangeEntry] = []
+                for change in changes {
+                    if let docIDs, !docIDs.contains(change.docID) { continue }
+                    if let filter = sc.config.pushFilter {
+                        guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
+                        if !filter(doc, change.deleted ? .deleted : []) { continue }
+                    }
+                    // Closed (tombstoned) branches travel too, before the current revision: a
+                    // conflict resolution that tombstones a branch does not always change the
+                    // current revision, and a peer still holding that branch live must learn it
+                    // was closed, or the peers would pick different winners.
+                    if let revs = prefetched[change.docID]?.revisions, revs.leaves.count > 1 {
+                        for leaf in revs.leaves where leaf.isDeleted && leaf.revID != change.revID
+                            && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revID)) ?? false) {
+                            candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
+                                                          revID: leaf.revID, deleted: true))
+                        }
+                    }
+                    if remoteRevs[index]?[change.docID] == change.revID { continue }
+                    candidates.append(change)
                 }
-                // Closed (tombstoned) branches travel too, before the current revision: a
-                // conflict resolution that tombstones a branch does not always change the
-                // current revision, and a peer still holding that branch live must learn it
-                // was closed, or the peers would pick different winners.
-                if let revs = try await sc.collection.revisions(of: change.docID), revs.leaves.count > 1 {
-                    for leaf in revs.leaves where leaf.isDeleted && leaf.revID != change.revID
-                        && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revID)) ?? false) {
-                        candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
-                                                      revID: leaf.revID, deleted: true))
+                since = changes.last?.sequence ?? since
+                events.progress(0, candidates.count)
+                let ids = Set(candidates.map(\.docID))
+                // A document already in flight (changed again meanwhile) waits until the
+                // earlier batches are answered, so its proposal names the right server revision.
+                if pipeline.inFlight.contains(where: { !$0.docIDs.isDisjoint(with: ids) }) {
+                    while !pipeline.inFlight.isEmpty { try await collectBatch(&group, &pipeline, progress) }
+                }
+                while pipeline.inFlight.count >= Self.pushPipelineDepth { try await collectBatch(&group, &pipeline, progress) }
+                let number = pipeline.next
+                pipeline.next += 1
+                pipeline.inFlight.append(PushPipeline.Batch(number: number, lastSequence: since, count: candidates.count, docIDs: ids))
+                if candidates.isEmpty {
+                    pipeline.done[number] = []
+                    await reportBatches(&pipeline, progress)
+                } else {
+                    group.addTask {
+                        switch mode {
+                        case .propose: (number, try await self.proposeBatch(index: index, sc: sc, candidates, prefetched: prefetched))
+                        case .changes: (number, try await self.changesBatch(index: index, sc: sc, candidates, prefetched: prefetched))
+                        }
                     }
                 }
-                if remoteRevs[index]?[change.docID] == change.revID { continue }
-                candidates.append(change)
             }
-            events.progress(0, candidates.count)
-            if !candidates.isEmpty {
-                let failed: [UInt64]
-                switch mode {
-                case .propose: failed = try await proposeBatch(index: index, sc: sc, candidates)
-                case .changes: failed = try await changesBatch(index: index, sc: sc, candidates)
-                }
-                if let low = failed.min() { firstFailure = min(firstFailure ?? low, low) }
-            }
-            events.progress(candidates.count, 0)
-            since = changes.last?.sequence ?? since
+        }
+    }
+
+    /// Batches of a push sent but not all answered yet. Up to ``pushPipelineDepth`` batches
+    /// are in flight at once (their `rev`s overlap on the connection); progress and the
+    /// checkpoint advance in batch order only.
+    struct PushPipeline {
+        struct Batch {
+            var number: Int
+            var lastSequence: UInt64
+            var count: Int
+            var docIDs: Set<String>
+        }
+        var next = 0
+        var inFlight: [Batch] = []
+        /// Failed sequences of answered batches not yet reported (an earlier one is pending).
+        var done: [Int: [UInt64]] = [:]
+        var firstFailure: UInt64?
+    }
+
+    static let pushPipelineDepth = 4
+
+    private func collectBatch(_ group: inout ThrowingTaskGroup<(Int, [UInt64]), any Error>, _ pipeline: inout PushPipeline,
+                              _ progress: @Sendable (UInt64) async -> Void) async throws {
+        guard let (number, failed) = try await group.next() else { return }
+        pipeline.done[number] = failed
+        await reportBatches(&pipeline, progress)
+    }
+
+    /// Reports the answered batches at the head of the pipeline, in order.
+    private func reportBatches(_ pipeline: inout PushPipeline, _ progress: @Sendable (UInt64) async -> Void) async {
+        while let first = pipeline.inFlight.first, let failed = pipeline.done.removeValue(forKey: first.number) {
+            pipeline.inFlight.removeFirst()
+            if let low = failed.min() { pipeline.firstFailure = min(pipeline.firstFailure ?? low, low) }
+            events.progress(first.count, 0)
             // The checkpoint never passes a revision that failed (e.g. refused as a conflict):
             // the next run proposes it again.
-            await progress(firstFailure.map { min(since, $0 - 1) } ?? since)
+            await progress(pipeline.firstFailure.map { min(first.lastSequence, $0 - 1) } ?? first.lastSequence)
         }
     }
 
@@ -394,7 +450,8 @@ actor ReplicationSession {
     }
 
     /// Returns the sequences of the changes that failed.
-    private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
+    private func proposeBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry],
+                              prefetched: [String: Prefetched] = [:]) async throws -> [UInt64] {
         var failed: [UInt64] = []
         var round: [Proposal] = []
         for c in changes {
@@ -429,7 +486,7 @@ actor ReplicationSession {
                 switch status {
                 case 0: toSend.append(p)
                 case 304:
-                    remoteRevs[index, default: [:]][p.docID] = p.revID
+                    remoteRevs[index, default: RecentMap()][p.docID] = p.revID
                     sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
                     if let then = p.then { next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence)) }
                 case 409:
@@ -456,7 +513,8 @@ actor ReplicationSession {
                     group.addTask {
                         let error = try await self.sendRev(index: index, sc: sc, docID: p.docID, revID: p.revID,
                                                            sequence: String(p.sequence), known: p.serverRev.map { [$0] } ?? [],
-                                                           maxHistory: maxHistory, noConflicts: true, deltas: deltas)
+                                                           maxHistory: maxHistory, noConflicts: true, deltas: deltas,
+                                                           prefetched: prefetched[p.docID])
                         return (p, error)
                     }
                 }
@@ -466,7 +524,7 @@ actor ReplicationSession {
             }
             for (p, error) in outcomes {
                 if error == nil {
-                    remoteRevs[index, default: [:]][p.docID] = p.revID
+                    remoteRevs[index, default: RecentMap()][p.docID] = p.revID
                     sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
                     if let then = p.then {
                         next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence))
@@ -503,7 +561,8 @@ actor ReplicationSession {
         return nil
     }
 
-    private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry]) async throws -> [UInt64] {
+    private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry],
+                              prefetched: [String: Prefetched] = [:]) async throws -> [UInt64] {
         let body: JSONValue = .array(changes.map { c in
             var entry: [JSONValue] = [.int(Int64(c.sequence)), .string(c.docID), .string(c.revID.description)]
             if c.deleted { entry.append(.int(1)) }
@@ -521,7 +580,8 @@ actor ReplicationSession {
                 group.addTask {
                     let error = try await self.sendRev(index: index, sc: sc, docID: c.docID, revID: c.revID,
                                                        sequence: String(c.sequence), known: knownRevs,
-                                                       maxHistory: maxHistory, noConflicts: false, deltas: deltas)
+                                                       maxHistory: maxHistory, noConflicts: false, deltas: deltas,
+                                                       prefetched: prefetched[c.docID])
                     return (c, error, true)
                 }
             }
@@ -532,13 +592,43 @@ actor ReplicationSession {
         var docs: [ReplicatedDocument] = []
         for (c, error, _) in outcomes {
             if error == nil {
-                remoteRevs[index, default: [:]][c.docID] = c.revID
+                remoteRevs[index, default: RecentMap()][c.docID] = c.revID
                 sentLeaves[index, default: []].insert(Self.leafKey(c.docID, c.revID))
             }
             docs.append(ReplicatedDocument(id: c.docID, collection: sc.collection.fullName, flags: c.deleted ? .deleted : [], error: error))
         }
         if !docs.isEmpty { events.documents(DocumentReplication(isPush: true, documents: docs)) }
         return outcomes.filter { $0.1 != nil }.map(\.0.sequence)
+    }
+
+    /// What ``sendRev(index:sc:docID:revID:sequence:known:maxHistory:noConflicts:deltas:prefetched:)``
+    /// needs of a document, read for a whole batch of changes at once.
+    struct Prefetched: Sendable {
+        let revisions: DocumentRevisions
+        /// The current revision's body; nil when the document is deleted.
+        let currentBody: [String: JSONValue]?
+    }
+
+    /// The revision trees and current bodies of `docIDs`, read in ONE transaction rather than
+    /// two database round trips per document. `inBatch` is the public API that runs several
+    /// reads in one transaction; nothing is written (committing an empty transaction does no I/O).
+    /// Documents that no longer exist are absent from the result.
+    private func prefetch(_ sc: SessionCollection, _ docIDs: [String]) async throws -> [String: Prefetched] {
+        let collection = sc.collection
+        let ids = Array(Set(docIDs))
+        return try await database.inBatch { txn in
+            var out: [String: Prefetched] = [:]
+            for id in ids {
+                guard let revs = try txn.revisions(of: id, in: collection) else { continue }
+                var body: [String: JSONValue]?
+                if !revs.isDeleted, let doc = try txn.document(id: id, in: collection),
+                   doc.revisionID == revs.currentRevID.description {
+                    body = doc.properties
+                }
+                out[id] = Prefetched(revisions: revs, currentBody: body)
+            }
+            return out
+        }
     }
 
     /// Sends one `rev`; returns the per-document error (nil on success). Transport failures throw.
@@ -548,13 +638,21 @@ actor ReplicationSession {
     /// whose live body is still stored here, when the delta is at most ``maxDeltaRatio`` ×
     /// the body; if the peer answers `HTTP`/422 (unknown base, bad delta) the full body is sent.
     private func sendRev(index: Int, sc: SessionCollection, docID: String, revID: RevisionID, sequence: String,
-                         known: [RevisionID], maxHistory: Int, noConflicts: Bool, deltas: Bool = false) async throws -> PeerSyncError? {
+                         known: [RevisionID], maxHistory: Int, noConflicts: Bool, deltas: Bool = false,
+                         prefetched: Prefetched? = nil) async throws -> PeerSyncError? {
         var props = collectionProperty(index)
         props["id"] = docID
         props["rev"] = revID.description
         props["sequence"] = sequence
-        guard let revs = try await sc.collection.revisions(of: docID), let info = revs.revision(revID),
-              let body = try await sc.collection.revisionBody(docID: docID, revID: revID) else {
+        var revs: DocumentRevisions?, body: [String: JSONValue]?
+        if let prefetched, prefetched.revisions.currentRevID == revID, let current = prefetched.currentBody {
+            revs = prefetched.revisions
+            body = current
+        } else {
+            revs = try await sc.collection.revisions(of: docID)
+            body = try await sc.collection.revisionBody(docID: docID, revID: revID)
+        }
+        guard let revs, let info = revs.revision(revID), let body else {
             props["error"] = "404"
             props["reason"] = "revision no longer available"
             try await blip.sendNoReply(.request("norev", properties: props))
@@ -693,14 +791,25 @@ actor ReplicationSession {
         var answers: [JSONValue] = []
         var requested = Set<String>()
         var lastSequence: JSONValue = .null
+        // Every entry's revision tree, read in one transaction (malformed entries are
+        // refused below, in order).
+        let offset = proposed ? 0 : 1
+        let ids = entries.compactMap { $0.arrayValue.flatMap { $0.count > offset ? $0[offset].stringValue : nil } }
+        let collection = sc.collection
+        let trees = try await database.inBatch { txn in
+            var out: [String: DocumentRevisions] = [:]
+            for id in Set(ids) where !id.isEmpty && id.utf8.count <= 255 {
+                if let revs = try txn.revisions(of: id, in: collection) { out[id] = revs }
+            }
+            return out
+        }
         for entry in entries {
             guard let e = entry.arrayValue else { throw blipError("BLIP", 400, "malformed change entry") }
-            let offset = proposed ? 0 : 1
             guard e.count > offset + 1, let docID = e[offset].stringValue, !docID.isEmpty, docID.utf8.count <= 255,
                   let revText = e[offset + 1].stringValue, let revID = try? RevisionID(revText) else {
                 throw blipError("BLIP", 400, "malformed change entry")
             }
-            let revs = try await sc.collection.revisions(of: docID)
+            let revs = trees[docID]
             if proposed {
                 let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
                 guard let revs else { answers.append(.int(0)); continue }
@@ -723,7 +832,7 @@ actor ReplicationSession {
                 }
                 if let revs, revs.revision(revID) != nil {
                     answers.append(.int(0))
-                    remoteRevs[index, default: [:]][docID] = revID
+                    remoteRevs[index, default: RecentMap()][docID] = revID
                     continue
                 }
                 var known: [JSONValue] = []
@@ -821,27 +930,38 @@ actor ReplicationSession {
             guard let digest = ref["digest"]?.stringValue else { continue }
             pins.append(try await fetchBlob(digest: digest, reference: ref, index: index, docID: docID))
         }
-        if role == .passive, props.bool("noconflicts"), !deleted, let revs = try await sc.collection.revisions(of: docID),
-           revs.isDeleted, revs.revision(revID) == nil, !overTombstone.contains(Self.leafKey(docID, revID)),
-           revs.leaves.contains(where: { Self.deletionConflicts(live: revID, tombstone: $0, in: revs, history: history) }) {
-            // Deletion vs edit: the pusher must pull the tombstone and resolve (deletion wins
-            // by default), exactly as an active peer does when it pulls this revision.
-            throw blipError("HTTP", 409, "conflict: the document was deleted concurrently")
-        }
-        let result: InsertResult
-        do {
-            result = try await sc.collection.insertRevision(docID: docID, revID: revID, history: history, body: body,
-                                                            deleted: deleted, allowConflict: !(role == .passive && props.bool("noconflicts")))
-        } catch let error as PeerSyncError where error.code == .conflict {
-            throw blipError("HTTP", 409, "conflict")
-        } catch let error as PeerSyncError {
+        // Inserted with the other revisions arriving meanwhile, in one transaction; the reply
+        // (returning from this handler) is only sent once that transaction has committed.
+        // Deletion vs edit (passive, no-conflicts push onto a deleted document): the pusher
+        // must pull the tombstone and resolve (deletion wins by default), exactly as an active
+        // peer does when it pulls this revision.
+        let noConflicts = role == .passive && props.bool("noconflicts")
+        let request = RevisionInsert(collection: sc.collection, docID: docID, revID: revID, history: history, body: body,
+                                     deleted: deleted, allowConflict: !noConflicts,
+                                     checkDeletionConflict: noConflicts && !deleted && !overTombstone.contains(Self.leafKey(docID, revID)),
+                                     readBack: role == .active)
+        let outcome: RevisionInsertOutcome
+        do { outcome = try await inserter.insert(request) } catch let error as PeerSyncError {
             throw blipError("HTTP", 400, error.message)
         }
+        let result: InsertResult
+        var treeAfter: DocumentRevisions?
+        switch outcome {
+        case .deletionConflict:
+            throw blipError("HTTP", 409, "conflict: the document was deleted concurrently")
+        case .refused(let error) where error.code == .conflict:
+            throw blipError("HTTP", 409, "conflict")
+        case .refused(let error):
+            throw blipError("HTTP", 400, error.message)
+        case .inserted(let inserted, let tree):
+            result = inserted
+            treeAfter = tree
+        }
         withExtendedLifetime(pins) {}
-        remoteRevs[index, default: [:]][docID] = revID
+        remoteRevs[index, default: RecentMap()][docID] = revID
         var docError: PeerSyncError?
         if role == .active, result.inserted {
-            do { try await resolveIfConflicted(index: index, sc: sc, docID: docID, pulled: revID) } catch {
+            do { try await resolveIfConflicted(index: index, sc: sc, docID: docID, pulled: revID, tree: treeAfter) } catch {
                 docError = (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
             }
         }
@@ -862,9 +982,16 @@ actor ReplicationSession {
     /// After inserting a pulled revision: if the document now has two live leaves (or a
     /// pulled deletion on a branch beside a live local revision), ask the resolver and close
     /// the conflict.
-    private func resolveIfConflicted(index: Int, sc: SessionCollection, docID: String, pulled: RevisionID) async throws {
+    /// `tree`: the document's revision tree read right after the insertion, if known (saves
+    /// a read in the common case where there is nothing to resolve).
+    private func resolveIfConflicted(index: Int, sc: SessionCollection, docID: String, pulled: RevisionID,
+                                     tree: DocumentRevisions? = nil) async throws {
+        var known = tree
         for _ in 0..<4 {
-            guard let revs = try await sc.collection.revisions(of: docID) else { return }
+            let read: DocumentRevisions?
+            if let known { read = known } else { read = try await sc.collection.revisions(of: docID) }
+            known = nil
+            guard let revs = read else { return }
             let live = revs.leaves.filter { !$0.isDeleted }
             if live.isEmpty {
                 // Only tombstones: nothing to resolve, but a conflict flag left on one would

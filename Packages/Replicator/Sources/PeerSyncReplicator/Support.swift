@@ -58,8 +58,10 @@ func withTimeout<T: Sendable>(_ limit: Duration, _ what: String,
             let op = Task {
                 do { race.finish(.success(try await operation())) } catch { race.finish(.failure(error)) }
             }
-            let timer = Task {
-                do { try await Task.sleep(for: limit) } catch { return }
+            // A dispatch timer, not a sleeping task: a cancelled `Task.sleep` keeps its task
+            // (about 1 KB) alive until the deadline, so with one timeout per `rev` the memory
+            // grew with the replication rate × the reply timeout. A cancelled source is freed at once.
+            let timer = TimeoutTimer(after: limit) {
                 race.finish(.failure(PeerSyncError(.timeout, "no answer from the peer within \(limit)", context: ["waitingFor": what])))
             }
             race.onFinish { op.cancel(); timer.cancel() }
@@ -67,6 +69,24 @@ func withTimeout<T: Sendable>(_ limit: Duration, _ what: String,
     } onCancel: {
         race.finish(.failure(CancellationError()))
     }
+}
+
+/// A one-shot timer on a global dispatch queue.
+/// `@unchecked Sendable`: a dispatch source is thread-safe; `source` is never reassigned.
+private final class TimeoutTimer: @unchecked Sendable {
+    private let source: any DispatchSourceTimer
+
+    init(after limit: Duration, _ fire: @escaping @Sendable () -> Void) {
+        let (seconds, attoseconds) = limit.components
+        // Clamped to ten years: no overflow for huge limits.
+        let nanoseconds = min(max(0, seconds), 315_360_000) * 1_000_000_000 + max(0, attoseconds) / 1_000_000_000
+        source = DispatchSource.makeTimerSource(queue: .global())
+        source.schedule(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds)))
+        source.setEventHandler(handler: fire)
+        source.resume()
+    }
+
+    func cancel() { source.cancel() }
 }
 
 /// The first result of a ``withTimeout(_:_:_:)`` race wins; later ones are dropped.

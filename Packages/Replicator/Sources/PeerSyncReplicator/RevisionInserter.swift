@@ -1,0 +1,97 @@
+import PeerSyncCore
+import PeerSyncDatabase
+
+/// One received revision, checked and ready to insert.
+struct RevisionInsert: Sendable {
+    let collection: Collection
+    let docID: String
+    let revID: RevisionID
+    let history: [RevisionID]
+    let body: [String: JSONValue]
+    let deleted: Bool
+    let allowConflict: Bool
+    /// Passive, no-conflicts push of a live revision: refuse it when the document's current
+    /// revision is a tombstone it does not descend from (deletion vs edit, see
+    /// ``ReplicationSession/deletionConflicts(live:tombstone:in:history:)``).
+    let checkDeletionConflict: Bool
+    /// Also return the document's revision tree after the insertion (for conflict handling).
+    let readBack: Bool
+}
+
+enum RevisionInsertOutcome: Sendable {
+    case inserted(InsertResult, DocumentRevisions?)
+    /// Refused by the deletion-vs-edit rule; nothing was written.
+    case deletionConflict
+    /// Refused for this document only (conflict, invalid body, …); nothing was written.
+    case refused(PeerSyncError)
+}
+
+/// Inserts received revisions in shared storage transactions (group commit): a revision
+/// that arrives while a transaction is being committed waits for the next one, which takes
+/// every revision that arrived meanwhile (at most ``maxBatch``). `insert` returns only after
+/// the transaction holding the revision has committed, so a `rev` is never acknowledged
+/// before it is durable; if the transaction fails, every revision in it gets the error.
+///
+/// Thread-safety: an actor; the batch runs on the database queue through `inBatch`.
+actor RevisionInserter {
+    static let maxBatch = 500
+    let database: Database
+    private var waiting: [(RevisionInsert, CheckedContinuation<RevisionInsertOutcome, any Error>)] = []
+    private var committing = false
+
+    init(database: Database) {
+        self.database = database
+    }
+
+    /// Inserts `revision` with the next batch. Per-document refusals are outcomes; storage
+    /// failures (the whole transaction rolled back) throw.
+    func insert(_ revision: RevisionInsert) async throws -> RevisionInsertOutcome {
+        try await withCheckedThrowingContinuation { continuation in
+            waiting.append((revision, continuation))
+            if !committing {
+                committing = true
+                Task { await self.commitWaiting() }
+            }
+        }
+    }
+
+    private func commitWaiting() async {
+        while !waiting.isEmpty {
+            let batch = Array(waiting.prefix(Self.maxBatch))
+            waiting.removeFirst(batch.count)
+            let revisions = batch.map(\.0)
+            do {
+                let outcomes = try await database.inBatch { txn in
+                    try revisions.map { try Self.apply($0, txn) }
+                }
+                for (i, item) in batch.enumerated() { item.1.resume(returning: outcomes[i]) }
+            } catch {
+                for item in batch { item.1.resume(throwing: error) }
+            }
+        }
+        committing = false
+    }
+
+    /// Errors about one document, raised before anything of it is written: the batch goes on.
+    static let documentErrors: Set<PeerSyncError.Code> = [
+        .conflict, .invalidArgument, .invalidJSON, .invalidDocumentID, .invalidRevisionID, .tooLarge, .notFound, .corrupt,
+    ]
+
+    private static func apply(_ r: RevisionInsert, _ txn: DatabaseTransaction) throws -> RevisionInsertOutcome {
+        do {
+            if r.checkDeletionConflict, let revs = try txn.revisions(of: r.docID, in: r.collection),
+               revs.isDeleted, revs.revision(r.revID) == nil,
+               revs.leaves.contains(where: {
+                   ReplicationSession.deletionConflicts(live: r.revID, tombstone: $0, in: revs, history: r.history)
+               }) {
+                return .deletionConflict
+            }
+            let result = try txn.insertRevision(docID: r.docID, revID: r.revID, history: r.history, body: r.body,
+                                                deleted: r.deleted, in: r.collection, allowConflict: r.allowConflict)
+            let revs = r.readBack && result.inserted ? try txn.revisions(of: r.docID, in: r.collection) : nil
+            return .inserted(result, revs)
+        } catch let error as PeerSyncError where documentErrors.contains(error.code) {
+            return .refused(error)
+        }
+    }
+}

@@ -1,0 +1,391 @@
+// `peersync bench sync [--docs N] [--json] [--transports wss,ws] [--backend sqlite|lmdb]`
+//
+// Replication throughput between two processes on 127.0.0.1. For each transport it runs
+// a push (the documents start in the replicator's database, the listener's is empty) and a
+// pull (the documents start in the listener's database, the replicator's is empty):
+//
+// - the listener is a child `peersync --db L serve --port 0 --interface 127.0.0.1 [--no-tls]`
+//   (its "listening on" line gives the port);
+// - the replicator is a child `peersync --db R sync URL --push|--pull [--self-signed-only]
+//   --stats-json`; the time is from its spawn to its exit 0 (`docs_per_s`), its own
+//   replication time comes from its `--stats-json` line (`replication_docs_per_s`), and so
+//   do the bytes on the wire (WebSocket level, both directions, see `SyncCommand`);
+// - peak RSS of each child is its `VmHWM` (/proc/<pid>/status): the listener's read by the
+//   bench just before it stops it, the replicator's reported by itself in its statistics
+//   line just before it exits (`ru_maxrss` from `wait4` is no use here: a child made by
+//   `posix_spawn` inherits the bench's own high-water mark across the exec);
+// - after each run the receiving database must hold exactly N documents, else the
+//   benchmark fails (exit 1).
+//
+// The baseline, measured in the same run, is the raw C library bulk insert of the same
+// canonical document bytes into the same backend (`SQLiteRawBaseline` / `LMDBRawBaseline`,
+// as in `bench storage`), in transactions of up to 50,000 documents.
+// `slowdown` = our time / baseline time. `--json` prints one JSON object per line.
+
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import PeerSync
+import Synchronization
+
+enum SyncBenchmark {
+    struct Options {
+        var docs = 100_000
+        var json = false
+        var transports = ["wss", "ws"]
+        var backend = ReplicationCLI.defaultBackendName
+    }
+
+    /// One run's figures.
+    struct Result {
+        var benchmark: String
+        var transport: String
+        var docs: Int
+        var seconds: Double
+        var replicationSeconds: Double
+        var baselineSeconds: Double
+        var bytesOnWire: Int
+        var listenerRSSMB: Double
+        var replicatorRSSMB: Double
+    }
+
+    static let chunk = 50_000
+
+    static func run(_ args: [String]) async throws -> Int32 {
+        let parsed = try Arguments(args, valueOptions: ["docs", "transports", "backend"], flagOptions: ["json"])
+        try parsed.expectPositionals(0)
+        var options = Options()
+        options.docs = try parsed.int("docs") ?? options.docs
+        guard options.docs > 0 else { throw UsageError("--docs must be at least 1") }
+        options.json = parsed.flag("json")
+        if let list = parsed.value("transports") {
+            let names = list.split(separator: ",").map(String.init)
+            guard !names.isEmpty, names.allSatisfy({ ["ws", "wss"].contains($0) }) else {
+                throw UsageError("--transports takes a list of wss, ws")
+            }
+            options.transports = names
+        }
+        if let name = parsed.value("backend") {
+            guard let b = StorageBackends.named(name), b.name != "memory" else { throw UsageError("unknown backend '\(name)'") }
+            options.backend = b.name
+        }
+        #if DEBUG
+        printError("peersync bench: note: this is a debug build; build with -c release for meaningful figures")
+        #endif
+        try await run(options)
+        return 0
+    }
+
+    static func run(_ options: Options) async throws {
+        guard let backend = StorageBackends.named(options.backend) else {
+            throw PeerSyncError(.invalidArgument, "backend \(options.backend) is not available")
+        }
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-benchsync-\(getpid())").path
+        try? FileManager.default.removeItem(atPath: root)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let n = options.docs
+
+        // The source database, seeded once and copied for every run.
+        let template = root + "/template"
+        try await seed(template, backend: backend, count: n)
+        let baseline = try rawBaseline(root + "/raw", backend: options.backend, count: n)
+
+        if !options.json {
+            print("sync benchmark: \(n) documents of ~\(StorageBenchmark.Workload(count: min(n, 1000)).averageBodySize) bytes, backend \(options.backend), two processes on 127.0.0.1")
+            print(pad("benchmark", 10) + pad("transport", 10) + pad("docs/s", 10, right: true) + pad("repl docs/s", 12, right: true)
+                  + pad("raw docs/s", 11, right: true) + pad("slowdown", 9, right: true) + pad("wire MB", 9, right: true)
+                  + pad("RSS listener", 13, right: true) + pad("RSS replicator", 15, right: true))
+        }
+        for transport in options.transports {
+            for direction in ["push", "pull"] {
+                let result = try await runOnce(direction: direction, transport: transport, backend: options.backend,
+                                               template: template, root: root, count: n, baselineSeconds: baseline)
+                emit(result, backend: options.backend, json: options.json)
+            }
+        }
+    }
+
+    static func emit(_ r: Result, backend: String, json: Bool) {
+        let docsPerS = Double(r.docs) / r.seconds
+        let baselinePerS = Double(r.docs) / r.baselineSeconds
+        let slowdown = r.seconds / r.baselineSeconds
+        if json {
+            let object: JSONValue = [
+                "benchmark": .string(r.benchmark), "transport": .string(r.transport), "backend": .string(backend),
+                "docs": .int(Int64(r.docs)),
+                "docs_per_s": .double(docsPerS.rounded()),
+                "replication_docs_per_s": .double((Double(r.docs) / r.replicationSeconds).rounded()),
+                "baseline_docs_per_s": .double(baselinePerS.rounded()),
+                "slowdown": .double((slowdown * 100).rounded() / 100),
+                "seconds": .double((r.seconds * 1000).rounded() / 1000),
+                "bytes_on_wire": .int(Int64(r.bytesOnWire)),
+                "peak_rss_mb": ["listener": .double((r.listenerRSSMB * 10).rounded() / 10),
+                                "replicator": .double((r.replicatorRSSMB * 10).rounded() / 10)],
+            ]
+            print(object.canonicalString)
+        } else {
+            print(pad(r.benchmark, 10) + pad(r.transport, 10) + pad(String(Int(docsPerS.rounded())), 10, right: true)
+                  + pad(String(Int((Double(r.docs) / r.replicationSeconds).rounded())), 12, right: true)
+                  + pad(String(Int(baselinePerS.rounded())), 11, right: true)
+                  + pad(String(format: "%.2fx", slowdown), 9, right: true)
+                  + pad(String(format: "%.1f", Double(r.bytesOnWire) / 1e6), 9, right: true)
+                  + pad(String(format: "%.1f MB", r.listenerRSSMB), 13, right: true)
+                  + pad(String(format: "%.1f MB", r.replicatorRSSMB), 15, right: true))
+        }
+        fflush(nil)
+    }
+
+    // MARK: Data
+
+    /// Creates a database in `dir` holding documents 0..<count of the storage workload,
+    /// saved in batches (the generator runs chunk by chunk, so memory stays bounded).
+    static func seed(_ dir: String, backend: any StorageBackend, count: Int) async throws {
+        let db = try await Database(path: dir, config: DatabaseConfiguration(directory: dir, backend: backend))
+        let collection = try db.defaultCollection()
+        var start = 0
+        while start < count {
+            let end = min(count, start + chunk)
+            let docs = (start..<end).map { StorageBenchmark.Workload.document($0) }
+            _ = try await db.inBatch { txn in
+                for (id, body) in docs {
+                    var doc = MutableDocument(id: id, data: body)
+                    try txn.save(document: &doc, in: collection)
+                }
+            }
+            start = end
+        }
+        try await db.close()
+    }
+
+    /// Seconds the raw library takes to insert the same canonical bodies (generation excluded).
+    static func rawBaseline(_ dir: String, backend: String, count: Int) throws -> Double {
+        let raw = try RawStore(backend: backend, directory: dir)
+        defer { raw.close() }
+        var seconds = 0.0
+        var start = 0
+        let clock = ContinuousClock()
+        while start < count {
+            let end = min(count, start + chunk)
+            var ids: [String] = [], bodies: [[UInt8]] = []
+            for i in start..<end {
+                let (id, body) = StorageBenchmark.Workload.document(i)
+                ids.append(id)
+                bodies.append(JSONValue.object(body).canonicalData)
+            }
+            let t0 = clock.now
+            try raw.insert(ids, bodies)
+            seconds += (clock.now - t0).seconds
+            start = end
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+        return seconds
+    }
+
+    static func documentCount(_ dir: String, backend: String) async throws -> Int {
+        let db = try await ReplicationCLI.openDatabase(dir, backend: backend)
+        let count = try await db.defaultCollection().count
+        try await db.close()
+        return count
+    }
+
+    // MARK: One run
+
+    static func runOnce(direction: String, transport: String, backend: String, template: String, root: String,
+                        count: Int, baselineSeconds: Double) async throws -> Result {
+        let run = root + "/\(direction)-\(transport)"
+        let listenerDB = run + "/listener", replicatorDB = run + "/replicator"
+        try FileManager.default.createDirectory(atPath: run, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: run) }
+        let (source, target) = direction == "push" ? (replicatorDB, listenerDB) : (listenerDB, replicatorDB)
+        try FileManager.default.copyItem(atPath: template, toPath: source)
+        try await seedEmpty(target, backend: backend)
+
+        let exe = try executablePath()
+        var serveArgs = ["--db", listenerDB, "--backend", backend, "serve", "--port", "0", "--interface", "127.0.0.1",
+                         "--name", "bench"]
+        if transport == "ws" { serveArgs.append("--no-tls") }
+        let listener = try ChildProcess(exe, serveArgs, stderrPath: run + "/listener.err")
+        let measured: (seconds: Double, stats: [String: JSONValue], replicator: ChildProcess.Exit, listener: ChildProcess.Exit)
+        do {
+            measured = try await replicate(listener: listener, exe: exe, transport: transport, direction: direction,
+                                           replicatorDB: replicatorDB, backend: backend, run: run)
+        } catch {
+            listener.kill(SIGKILL)
+            _ = await listener.wait()
+            throw error
+        }
+        guard let replicationSeconds = measured.stats["replication_s"]?.doubleValue,
+              let sent = measured.stats["bytes_sent"]?.intValue, let received = measured.stats["bytes_received"]?.intValue else {
+            throw PeerSyncError(.internalError, "bench: the replicator's statistics line lacks fields")
+        }
+        let got = try await documentCount(target, backend: backend)
+        guard got == count else {
+            throw PeerSyncError(.replicationFailed, "bench: after the \(direction) over \(transport) the receiving database holds \(got) documents, expected \(count)")
+        }
+        return Result(benchmark: direction, transport: transport, docs: count, seconds: measured.seconds,
+                      replicationSeconds: replicationSeconds, baselineSeconds: baselineSeconds,
+                      bytesOnWire: Int(sent) + Int(received),
+                      listenerRSSMB: measured.listener.maxRSSMB, replicatorRSSMB: measured.replicator.maxRSSMB)
+    }
+
+    /// With the listener child started: reads its URL, runs the replicator child to its exit,
+    /// then stops the listener (SIGTERM) and reaps it.
+    static func replicate(listener: ChildProcess, exe: String, transport: String, direction: String, replicatorDB: String,
+                          backend: String, run: String)
+        async throws -> (seconds: Double, stats: [String: JSONValue], replicator: ChildProcess.Exit, listener: ChildProcess.Exit) {
+        guard let line = await listener.readLine(), line.hasPrefix("listening on ") else {
+            throw PeerSyncError(.internalError, "bench: the listener did not start: \(listener.stderrText())")
+        }
+        guard let url = URL(string: String(line.dropFirst("listening on ".count))), let port = url.port else {
+            throw PeerSyncError(.internalError, "bench: cannot read the listener's URL from '\(line)'")
+        }
+        var syncArgs = ["--db", replicatorDB, "--backend", backend, "sync", "\(transport)://127.0.0.1:\(port)/bench",
+                        "--\(direction)", "--stats-json"]
+        if transport == "wss" { syncArgs.append("--self-signed-only") }
+
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        let replicator = try ChildProcess(exe, syncArgs, stderrPath: run + "/replicator.err")
+        // stdout: the summary line, then the `--stats-json` line (the last JSON object).
+        var statsLine: String?
+        while let line = await replicator.readLine() {
+            if line.hasPrefix("{") { statsLine = line }
+        }
+        var replicatorExit = await replicator.wait()
+        let seconds = (clock.now - t0).seconds
+        guard replicatorExit.status == 0 else {
+            throw PeerSyncError(.replicationFailed, "bench: \(direction) over \(transport) failed (exit \(replicatorExit.status)): \(replicator.stderrText())")
+        }
+        guard let statsLine, let stats = try? JSONValue(parsing: statsLine).objectValue else {
+            throw PeerSyncError(.internalError, "bench: the replicator printed no statistics line")
+        }
+        guard let replicatorKB = stats["peak_rss_kb"]?.intValue, replicatorKB > 0,
+              let listenerKB = peakResidentKB(pid: listener.pid) else {
+            throw PeerSyncError(.internalError, "bench: cannot read the children's peak RSS (VmHWM)")
+        }
+        listener.kill(SIGTERM)
+        var listenerExit = await listener.wait()
+        listenerExit.maxRSSMB = Double(listenerKB) / 1024
+        replicatorExit.maxRSSMB = Double(replicatorKB) / 1024
+        guard listenerExit.status == 0 else {
+            throw PeerSyncError(.internalError, "bench: the listener exited with \(listenerExit.status): \(listener.stderrText())")
+        }
+        return (seconds, stats, replicatorExit, listenerExit)
+    }
+
+    /// Creates an empty database (so both children open an existing one alike).
+    static func seedEmpty(_ dir: String, backend: String) async throws {
+        let db = try await ReplicationCLI.openDatabase(dir, backend: backend)
+        try await db.close()
+    }
+
+    static func executablePath() throws -> String {
+        let path = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw PeerSyncError(.notFound, "bench: cannot find the peersync executable")
+        }
+        return path
+    }
+}
+
+/// A child process started with `posix_spawn`, stdout on a pipe, stderr to a file, reaped
+/// with `wait4` so its peak RSS is known. Blocking calls (`read`, `wait4`) run on a
+/// dedicated dispatch queue, never on the cooperative pool.
+final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in init; reads happen on `queue` only
+    let pid: pid_t
+    private let stdoutFD: Int32
+    private let stderrPath: String
+    private let queue = DispatchQueue(label: "peersync.bench.child")
+    private var buffer: [UInt8] = []
+    private let reaped = Atomic<Bool>(false)
+
+    struct Exit {
+        var status: Int32
+        /// `ru_maxrss`: includes the spawning process's own high-water mark (see above).
+        var maxRSSMB: Double
+    }
+
+    init(_ executable: String, _ arguments: [String], stderrPath: String) throws {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw PeerSyncError(.internalError, "bench: pipe failed (errno \(errno))") }
+        let errFD = open(stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard errFD >= 0 else {
+            close(fds[0]); close(fds[1])
+            throw PeerSyncError(.internalError, "bench: cannot create \(stderrPath) (errno \(errno))")
+        }
+        defer { close(errFD); close(fds[1]) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, errFD, 2)
+        posix_spawn_file_actions_addclose(&actions, fds[0])
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        var child: pid_t = 0
+        let rc = posix_spawn(&child, executable, &actions, nil, argv, environ)
+        guard rc == 0 else {
+            close(fds[0])
+            throw PeerSyncError(.internalError, "bench: cannot start \(executable) (error \(rc))")
+        }
+        pid = child
+        stdoutFD = fds[0]
+        self.stderrPath = stderrPath
+    }
+
+    deinit { close(stdoutFD) }
+
+    /// The next line of the child's stdout, nil at end of file.
+    func readLine() async -> String? {
+        await withCheckedContinuation { continuation in
+            queue.async {
+                while true {
+                    if let nl = self.buffer.firstIndex(of: 0x0A) {
+                        let line = String(decoding: self.buffer[..<nl], as: UTF8.self)
+                        self.buffer.removeSubrange(...nl)
+                        continuation.resume(returning: line)
+                        return
+                    }
+                    var chunk = [UInt8](repeating: 0, count: 4096)
+                    let n = read(self.stdoutFD, &chunk, chunk.count)
+                    if n < 0 && errno == EINTR { continue }
+                    if n <= 0 {
+                        continuation.resume(returning: self.buffer.isEmpty ? nil : String(decoding: self.buffer, as: UTF8.self))
+                        self.buffer = []
+                        return
+                    }
+                    self.buffer.append(contentsOf: chunk[..<n])
+                }
+            }
+        }
+    }
+
+    /// Sends `signal` unless the child was already reaped (its PID may be reused then).
+    func kill(_ signal: Int32) {
+        if !reaped.load(ordering: .acquiring) { _ = Glibc.kill(pid, signal) }
+    }
+
+    /// Waits for the child to exit: its exit status (128 + signal if killed) and peak RSS.
+    func wait() async -> Exit {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(returning: self.waitBlocking()) }
+        }
+    }
+
+    func waitBlocking() -> Exit {
+        var status: Int32 = 0
+        var usage = rusage()
+        while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+        reaped.store(true, ordering: .releasing)
+        let code: Int32 = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        return Exit(status: code, maxRSSMB: Double(usage.ru_maxrss) / 1024)  // ru_maxrss is in KiB on Linux
+    }
+
+    func stderrText() -> String {
+        let text = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").suffix(3).joined(separator: " | ")
+    }
+}
