@@ -95,13 +95,15 @@ func withPeers(_ count: Int, _ body: ([Peer]) async throws -> Void) async throws
 @discardableResult
 func replicate(_ active: Peer, to passive: Peer, type: ReplicatorType = .pushAndPull,
                collections: [PeerSyncDatabase.Collection]? = nil, config: CollectionConfiguration = .init(),
-               reset: Bool = false, events: EventLog? = nil) async throws -> ReplicatorStatus {
+               reset: Bool = false, events: EventLog? = nil,
+               conditions: LinkConditions? = nil, maxAttempts: Int = 0) async throws -> ReplicatorStatus {
     var cfg = ReplicatorConfiguration(target: passive.endpoint)
     cfg.replicatorType = type
+    cfg.maxAttempts = maxAttempts
     cfg.maxAttemptWaitTime = .milliseconds(100)
     cfg.replyTimeout = .seconds(10)
     cfg.addCollections(try collections ?? [active.defaultCollection], config: config)
-    let replicator = try Replicator(config: cfg, connector: passive.connector())
+    let replicator = try Replicator(config: cfg, connector: passive.connector(conditions: conditions))
     if let events { replicator.addDocumentReplicationListener { e in events.events.withLock { $0.append(e) } } }
     replicator.start(reset: reset)
     await replicator.waitUntilStopped()
