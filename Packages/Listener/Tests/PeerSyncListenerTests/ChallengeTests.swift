@@ -6,24 +6,6 @@ import Testing
 
 /// The 401 challenge is the same on the WebSocket upgrade path and the REST path.
 @Suite(.serialized) struct ChallengeTests {
-    /// Sends raw HTTP/1.1 `head` (no body) to 127.0.0.1:`port` and reads the answer.
-    func rawRequest(port: Int, _ head: String) async throws -> HTTPResponse {
-        let tcp = try await TCPStream.connect(host: "127.0.0.1", port: port, timeout: .seconds(10))
-        try await tcp.write(Array(head.utf8))
-        var parser = HTTPResponseParser()
-        while true {
-            if let response = try parser.next() {
-                await tcp.close()
-                return response
-            }
-            guard let chunk = try await tcp.read(maxBytes: 65536) else {
-                await tcp.close()
-                return try #require(try parser.finish())
-            }
-            parser.feed(chunk)
-        }
-    }
-
     @Test func upgradeAndRESTSendTheSameBasicChallenge() async throws {
         try await withTempDirectory { dir in
             let (db, listener) = try await makeListener(dir, disableTLS: true)
@@ -32,12 +14,12 @@ import Testing
             let upgrade = "GET /server/_blipsync HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: Upgrade\r\n"
                 + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                 + "Sec-WebSocket-Protocol: BLIP_3+CBMobile_3\r\n\r\n"
-            let refused = try await rawRequest(port: port, upgrade)
+            let refused = try await httpExchange(port: port, Array(upgrade.utf8))
             #expect(refused.status == 401)
             #expect(refused.headers["WWW-Authenticate"] == expected)
             // Wrong credentials: the same challenge.
             let wrong = upgrade.replacingOccurrences(of: "\r\n\r\n", with: "\r\n\(basic("alice", "nope").0): \(basic("alice", "nope").1)\r\n\r\n")
-            let refusedAgain = try await rawRequest(port: port, wrong)
+            let refusedAgain = try await httpExchange(port: port, Array(wrong.utf8))
             #expect(refusedAgain.status == 401 && refusedAgain.headers["WWW-Authenticate"] == expected)
             let rest = try await httpRequest(port: port, "GET", "/server")
             #expect(rest.status == 401)

@@ -116,13 +116,18 @@ func snapshot(_ collection: PeerSyncDatabase.Collection) async throws -> [String
 /// One plain HTTP/1.1 request over TCP to 127.0.0.1 (the connection is closed after it).
 func httpRequest(port: Int, _ method: String, _ target: String, body: String? = nil,
                  headers: [(String, String)] = []) async throws -> HTTPResponse {
-    let tcp = try await TCPStream.connect(host: "127.0.0.1", port: port, timeout: .seconds(10))
     var fields: [(String, String)] = [("Host", "127.0.0.1:\(port)"), ("Connection", "close")]
     fields += headers
     let bytes = body.map { Array($0.utf8) } ?? []
     if body != nil { fields += [("Content-Type", "application/json"), ("Content-Length", String(bytes.count))] }
     let request = HTTPRequest(method: method, target: target, headers: HTTPHeaders(fields), body: bytes)
-    try await tcp.write(request.serialized())
+    return try await httpExchange(port: port, request.serialized())
+}
+
+/// Sends raw HTTP/1.1 bytes to 127.0.0.1:`port` and reads one answer (the connection is closed after it).
+func httpExchange(port: Int, _ request: [UInt8]) async throws -> HTTPResponse {
+    let tcp = try await TCPStream.connect(host: "127.0.0.1", port: port, timeout: .seconds(10))
+    try await tcp.write(request)
     var parser = HTTPResponseParser()
     while true {
         if let response = try parser.next() {
