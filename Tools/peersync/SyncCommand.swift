@@ -124,7 +124,8 @@ enum SyncCommand {
             let counters = WireCounters()
             let base = connector.connector
             let replicator = try Replicator(config: config, connector: { cfg in
-                CountingConnection(try await base(cfg), counters: counters)
+                MessageConnectionTap(try await base(cfg), onSend: { counters.didSend($0.byteCount) },
+                                     onReceive: { counters.didReceive($0.byteCount) })
             })
             let clock = ContinuousClock()
             let started = clock.now
@@ -230,36 +231,6 @@ final class WireCounters: Sendable {
         received.add(Self.frameBytes(payload, masked: false), ordering: .relaxed)
         receivedCount.add(1, ordering: .relaxed)
     }
-}
-
-/// A connection that counts what passes through it into ``WireCounters`` and otherwise
-/// forwards everything to the wrapped connection.
-final class CountingConnection: MessageConnection {
-    let base: any MessageConnection
-    let counters: WireCounters
-
-    init(_ base: any MessageConnection, counters: WireCounters) {
-        self.base = base
-        self.counters = counters
-    }
-
-    func send(_ message: TransportMessage) async throws {
-        try await base.send(message)
-        counters.didSend(message.byteCount)
-    }
-
-    func receive() async throws -> TransportMessage? {
-        let message = try await base.receive()
-        if let message { counters.didReceive(message.byteCount) }
-        return message
-    }
-
-    func close(code: CloseCode, reason: String) async { await base.close(code: code, reason: reason) }
-    var closeInfo: CloseInfo? { base.closeInfo }
-    var remoteAddress: String? { base.remoteAddress }
-    var peerCertificateChain: [[UInt8]] { base.peerCertificateChain }
-    var kind: TransportKind { base.kind }
-    var maxMessageSize: Int { base.maxMessageSize }
 }
 
 /// The peak resident set size (`VmHWM` of `/proc/<pid>/status`) in KiB of process `pid`

@@ -8,38 +8,17 @@ import PeerSyncTransport
 import Synchronization
 import Testing
 
-/// Records the BLIP error responses (ERR frames) a connection receives. Frame headers are
-/// never compressed: `varint number, flags byte`; type 2 in the low bits = ERR.
-final class ErrorFrameWatcher: MessageConnection {
-    let inner: any MessageConnection
-    /// Payloads of uncompressed ERR frames (their properties hold `Error-Code`), and a count.
-    let errors = Mutex<[String]>([])
-
-    init(_ inner: any MessageConnection) { self.inner = inner }
-
-    func send(_ message: TransportMessage) async throws { try await inner.send(message) }
-
-    func receive() async throws -> TransportMessage? {
-        let m = try await inner.receive()
-        if case .binary(let bytes)? = m {
-            var i = 0
-            while i < bytes.count, bytes[i] & 0x80 != 0 { i += 1 }
-            i += 1
-            if i < bytes.count, bytes[i] & 0x07 == 2 {
-                let compressed = bytes[i] & 0x08 != 0
-                let payload = bytes[(i + 1)...].dropLast(4)
-                errors.withLock { $0.append(compressed ? "compressed" : String(decoding: payload, as: UTF8.self)) }
-            }
-        }
-        return m
-    }
-
-    func close(code: CloseCode, reason: String) async { await inner.close(code: code, reason: reason) }
-    var closeInfo: CloseInfo? { inner.closeInfo }
-    var remoteAddress: String? { inner.remoteAddress }
-    var peerCertificateChain: [[UInt8]] { inner.peerCertificateChain }
-    var kind: TransportKind { inner.kind }
-    var maxMessageSize: Int { inner.maxMessageSize }
+/// The payload of a BLIP error response (ERR frame; its properties hold `Error-Code`), or
+/// "compressed", or nil for any other message. Frame headers are never compressed:
+/// `varint number, flags byte`; type 2 in the low bits = ERR.
+func errorFramePayload(_ message: TransportMessage) -> String? {
+    guard case .binary(let bytes) = message else { return nil }
+    var i = 0
+    while i < bytes.count, bytes[i] & 0x80 != 0 { i += 1 }
+    i += 1
+    guard i < bytes.count, bytes[i] & 0x07 == 2 else { return nil }
+    if bytes[i] & 0x08 != 0 { return "compressed" }
+    return String(decoding: bytes[(i + 1)...].dropLast(4), as: UTF8.self)
 }
 
 @Suite struct DeltaResendTests {
@@ -59,12 +38,14 @@ final class ErrorFrameWatcher: MessageConnection {
             cfg.replyTimeout = .seconds(10)
             cfg.maxAttemptWaitTime = .milliseconds(100)
             cfg.addCollection(a)
-            let watchers = Mutex<[ErrorFrameWatcher]>([])
+            let errorFrames = Mutex<[String]>([])
+            let connections = Mutex(0)
             let connect = p[1].connector()
             let replicator = try Replicator(config: cfg, connector: { config in
-                let w = ErrorFrameWatcher(try await connect(config))
-                watchers.withLock { $0.append(w) }
-                return w
+                connections.withLock { $0 += 1 }
+                return MessageConnectionTap(try await connect(config), onReceive: { m in
+                    if let payload = errorFramePayload(m) { errorFrames.withLock { $0.append(payload) } }
+                })
             })
             replicator.start()
             #expect(try await eventually { try await b.document(id: "big")?.revisionID == rev1 })
@@ -80,10 +61,10 @@ final class ErrorFrameWatcher: MessageConnection {
 
             #expect(try await b.document(id: "big")?.properties == body2)
             #expect(try await snapshot(a) == snapshot(b))
-            let errors = watchers.withLock { $0.flatMap { $0.errors.withLock { $0 } } }
+            let errors = errorFrames.withLock { $0 }
             #expect(errors.count == 1, "\(errors)")
             #expect(errors.first?.contains("Error-Code\u{0}422") == true, "\(errors)")
-            #expect(watchers.withLock { $0.count } == 1)
+            #expect(connections.withLock { $0 } == 1)
             #expect(replicator.status.error == nil)
         }
     }

@@ -8,42 +8,18 @@ import PeerSyncTransport
 import Synchronization
 import Testing
 
-/// Counts the bytes an active replicator's connection sends and receives.
-final class CountingConnection: MessageConnection {
-    let inner: any MessageConnection
-    let sent: Mutex<Int>
-    let received: Mutex<Int>
-
-    init(_ inner: any MessageConnection) {
-        self.inner = inner
-        sent = Mutex(0)
-        received = Mutex(0)
-    }
-
-    func send(_ message: TransportMessage) async throws {
-        sent.withLock { $0 += message.byteCount }
-        try await inner.send(message)
-    }
-
-    func receive() async throws -> TransportMessage? {
-        let m = try await inner.receive()
-        if let m { received.withLock { $0 += m.byteCount } }
-        return m
-    }
-
-    func close(code: CloseCode, reason: String) async { await inner.close(code: code, reason: reason) }
-    var closeInfo: CloseInfo? { inner.closeInfo }
-    var remoteAddress: String? { inner.remoteAddress }
-    var peerCertificateChain: [[UInt8]] { inner.peerCertificateChain }
-    var kind: TransportKind { inner.kind }
-    var maxMessageSize: Int { inner.maxMessageSize }
-}
-
-/// Total bytes of every connection a counting connector made.
+/// Total bytes sent and received by every connection of a counting connector.
 final class ByteTally: Sendable {
-    let connections = Mutex<[CountingConnection]>([])
-    var sent: Int { connections.withLock { $0.reduce(0) { $0 + $1.sent.withLock { $0 } } } }
-    var received: Int { connections.withLock { $0.reduce(0) { $0 + $1.received.withLock { $0 } } } }
+    private let counts = Mutex((sent: 0, received: 0))
+    var sent: Int { counts.withLock { $0.sent } }
+    var received: Int { counts.withLock { $0.received } }
+
+    /// `connection`, tapped so that its traffic is added to this tally.
+    func counting(_ connection: any MessageConnection) -> MessageConnectionTap {
+        MessageConnectionTap(connection,
+                             onSend: { m in self.counts.withLock { $0.sent += m.byteCount } },
+                             onReceive: { m in self.counts.withLock { $0.received += m.byteCount } })
+    }
 }
 
 @Suite struct DeltaSyncTests {
@@ -67,9 +43,7 @@ final class ByteTally: Sendable {
         cfg.addCollections([try active.defaultCollection], config: .init())
         let connect = passive.connector()
         let replicator = try Replicator(config: cfg, connector: { config in
-            let c = CountingConnection(try await connect(config))
-            tally.connections.withLock { $0.append(c) }
-            return c
+            tally.counting(try await connect(config))
         })
         replicator.start()
         await replicator.waitUntilStopped()
