@@ -113,16 +113,21 @@ private func blobRef(_ digest: String, _ length: Int, _ type: String = "text/pla
 }
 
 /// A raw BLIP peer pulling from a passive session, answering `changes` with or without
-/// `blobs: true`; the `rev`s it receives are yielded.
-private func rawPuller(_ peer: Peer, blobs: Bool) async throws -> (BLIPConnection, AsyncStream<BLIPRequest>) {
+/// `blobs: true` (and `deltas: true` with `deltas`), claiming the `known` revisions of each
+/// document; the `rev`s it receives are yielded.
+private func rawPuller(_ peer: Peer, blobs: Bool, deltas: Bool = false,
+                       known: [String: [String]] = [:]) async throws -> (BLIPConnection, AsyncStream<BLIPRequest>) {
     let conn = try await peer.connector()(ReplicatorConfiguration(target: peer.endpoint))
     let blip = try BLIPConnection(connection: conn)
     let (revs, continuation) = AsyncStream<BLIPRequest>.makeStream()
     await blip.setHandler(profile: "changes") { request in
         let entries = (try? JSONValue(parsing: request.body))?.arrayValue ?? []
-        let props: BLIPProperties = blobs ? [("blobs", "true")] : []
-        return BLIPMessage(type: .response, properties: props,
-                           body: JSONValue.array(entries.map { _ in .array([]) }).canonicalData)
+        var props: BLIPProperties = blobs ? [("blobs", "true")] : []
+        if deltas { props["deltas"] = "true" }
+        let answers: [JSONValue] = entries.map { e in
+            .array((known[e.arrayValue?[1].stringValue ?? ""] ?? []).map { .string($0) })
+        }
+        return BLIPMessage(type: .response, properties: props, body: JSONValue.array(answers).canonicalData)
     }
     await blip.setHandler(profile: "rev") { request in
         continuation.yield(request)
@@ -178,6 +183,34 @@ private func rawPuller(_ peer: Peer, blobs: Bool) async throws -> (BLIPConnectio
                 #expect(!got.isError && got.body == Array(content))
                 await blip.close()
             }
+        }
+    }
+
+    @Test func deltaToAPeerWithoutBlobsIsBetweenLegacyForms() async throws {
+        try await withPeers(1) { p in
+            try p[0].listen(options: .init(enableDeltaSync: true))
+            let collection = try p[0].defaultCollection
+            var doc = MutableDocument(id: "doc", data: ["text": .string(String(repeating: "long enough for a delta ", count: 20)),
+                                                       "n": 1])
+            doc.setBlob(Blob(contentType: "text/plain", data: Data("delta base".utf8)), forKey: "file")
+            try await collection.save(document: &doc)
+            let rev1 = try #require(doc.revisionID)
+            let body1 = try #require(try await collection.document(id: "doc")?.properties)
+            doc.setValue(2, forKey: "n")
+            try await collection.save(document: &doc)
+            let rev2 = try #require(try await collection.document(id: "doc"))
+
+            let (blip, revs) = try await rawPuller(p[0], blobs: false, deltas: true, known: ["doc": [rev1]])
+            var iterator = revs.makeAsyncIterator()
+            let rev = try #require(await iterator.next())
+            #expect(rev.properties["deltaSrc"] == rev1)
+            let delta = try JSONValue(parsing: rev.body)
+            // Between legacy forms, only the revpos changes under `_attachments`; applied to the base's legacy form it gives rev 2's.
+            #expect(delta == ["n": 2, "_attachments": ["blob_/file": ["revpos": 2]]])
+            let base = LegacyAttachments.encode(body1, revpos: 1)
+            let applied = try JSONDelta.apply(delta, to: .object(base))
+            #expect(applied == .object(LegacyAttachments.encode(rev2.properties, revpos: 2)))
+            await blip.close()
         }
     }
 
