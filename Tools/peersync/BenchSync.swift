@@ -21,6 +21,12 @@
 // canonical document bytes into the same backend (`SQLiteRawBaseline` / `LMDBRawBaseline`,
 // as in `bench storage`), in transactions of up to 50,000 documents.
 // `slowdown` = our time / baseline time. `--json` prints one JSON object per line.
+//
+// Robustness: each run (listener + replicator) must finish within `--timeout` seconds
+// (default: 600, or 10 ms per document if more); otherwise both children are killed by PID
+// (SIGKILL) and the benchmark fails with a clear error (exit 1). The temporary directory
+// (`$TMPDIR/peersync-benchsync-<pid>`) is removed on every exit path: success, error, and
+// SIGINT/SIGTERM (the children are killed by PID and reaped first; exit 130 / 143).
 
 #if canImport(Glibc)
 import Glibc
@@ -35,7 +41,12 @@ enum SyncBenchmark {
         var json = false
         var transports = ["wss", "ws"]
         var backend = ReplicationCLI.defaultBackendName
+        /// Seconds one run may take; nil: ``defaultTimeout(docs:)``.
+        var timeout: Double?
     }
+
+    /// 600 s, or 10 ms per document if more.
+    static func defaultTimeout(docs: Int) -> Double { max(600, Double(docs) / 100) }
 
     /// One run's figures.
     struct Result {
@@ -53,12 +64,16 @@ enum SyncBenchmark {
     static let chunk = 50_000
 
     static func run(_ args: [String]) async throws -> Int32 {
-        let parsed = try Arguments(args, valueOptions: ["docs", "transports", "backend"], flagOptions: ["json"])
+        let parsed = try Arguments(args, valueOptions: ["docs", "transports", "backend", "timeout"], flagOptions: ["json"])
         try parsed.expectPositionals(0)
         var options = Options()
         options.docs = try parsed.int("docs") ?? options.docs
         guard options.docs > 0 else { throw UsageError("--docs must be at least 1") }
         options.json = parsed.flag("json")
+        if let text = parsed.value("timeout") {
+            guard let t = Double(text), t > 0, t.isFinite else { throw UsageError("--timeout needs a positive number of seconds, got '\(text)'") }
+            options.timeout = t
+        }
         if let list = parsed.value("transports") {
             let names = list.split(separator: ",").map(String.init)
             guard !names.isEmpty, names.allSatisfy({ ["ws", "wss"].contains($0) }) else {
@@ -83,9 +98,23 @@ enum SyncBenchmark {
         }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-benchsync-\(getpid())").path
         try? FileManager.default.removeItem(atPath: root)
+        let cleanup = BenchCleanup(root: root)
+        do {
+            try await runAll(options, backend: backend, root: root)
+        } catch {
+            // Interrupted: the runs failed because the signal handler killed the children; it
+            // removes the directory and exits with the signal's code. Wait for that.
+            if cleanup.interrupted { await BenchCleanup.suspendUntilExit() }
+            cleanup.finish()
+            throw error
+        }
+        cleanup.finish()
+    }
+
+    static func runAll(_ options: Options, backend: any StorageBackend, root: String) async throws {
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: root) }
         let n = options.docs
+        let timeout = options.timeout ?? defaultTimeout(docs: n)
 
         // The source database, seeded once and copied for every run.
         let template = root + "/template"
@@ -101,7 +130,8 @@ enum SyncBenchmark {
         for transport in options.transports {
             for direction in ["push", "pull"] {
                 let result = try await runOnce(direction: direction, transport: transport, backend: options.backend,
-                                               template: template, root: root, count: n, baselineSeconds: baseline)
+                                               template: template, root: root, count: n, baselineSeconds: baseline,
+                                               timeout: timeout)
                 emit(result, backend: options.backend, json: options.json)
             }
         }
@@ -193,7 +223,7 @@ enum SyncBenchmark {
     // MARK: One run
 
     static func runOnce(direction: String, transport: String, backend: String, template: String, root: String,
-                        count: Int, baselineSeconds: Double) async throws -> Result {
+                        count: Int, baselineSeconds: Double, timeout: Double) async throws -> Result {
         let run = root + "/\(direction)-\(transport)"
         let listenerDB = run + "/listener", replicatorDB = run + "/replicator"
         try FileManager.default.createDirectory(atPath: run, withIntermediateDirectories: true)
@@ -206,16 +236,23 @@ enum SyncBenchmark {
         var serveArgs = ["--db", listenerDB, "--backend", backend, "serve", "--port", "0", "--interface", "127.0.0.1",
                          "--name", "bench"]
         if transport == "ws" { serveArgs.append("--no-tls") }
+        let watchdog = Watchdog(seconds: timeout)
+        defer { watchdog.cancel() }
         let listener = try ChildProcess(exe, serveArgs, stderrPath: run + "/listener.err")
+        watchdog.watch(listener)
         let measured: (seconds: Double, stats: [String: JSONValue], replicator: ChildProcess.Exit, listener: ChildProcess.Exit)
         do {
             measured = try await replicate(listener: listener, exe: exe, transport: transport, direction: direction,
-                                           replicatorDB: replicatorDB, backend: backend, run: run)
+                                           replicatorDB: replicatorDB, backend: backend, run: run, watchdog: watchdog)
         } catch {
             listener.kill(SIGKILL)
             _ = await listener.wait()
+            if let killed = watchdog.firedKilling {
+                throw PeerSyncError(.timeout, "bench: the \(direction) over \(transport) did not finish within \(timeout) s (--timeout); killed \(killed)")
+            }
             throw error
         }
+        watchdog.cancel()
         guard let replicationSeconds = measured.stats["replication_s"]?.doubleValue,
               let sent = measured.stats["bytes_sent"]?.intValue, let received = measured.stats["bytes_received"]?.intValue else {
             throw PeerSyncError(.internalError, "bench: the replicator's statistics line lacks fields")
@@ -233,7 +270,7 @@ enum SyncBenchmark {
     /// With the listener child started: reads its URL, runs the replicator child to its exit,
     /// then stops the listener (SIGTERM) and reaps it.
     static func replicate(listener: ChildProcess, exe: String, transport: String, direction: String, replicatorDB: String,
-                          backend: String, run: String)
+                          backend: String, run: String, watchdog: Watchdog)
         async throws -> (seconds: Double, stats: [String: JSONValue], replicator: ChildProcess.Exit, listener: ChildProcess.Exit) {
         guard let line = await listener.readLine(), line.hasPrefix("listening on ") else {
             throw PeerSyncError(.internalError, "bench: the listener did not start: \(listener.stderrText())")
@@ -248,6 +285,7 @@ enum SyncBenchmark {
         let clock = ContinuousClock()
         let t0 = clock.now
         let replicator = try ChildProcess(exe, syncArgs, stderrPath: run + "/replicator.err")
+        watchdog.watch(replicator)
         // stdout: the summary line, then the `--stats-json` line (the last JSON object).
         var statsLine: String?
         while let line = await replicator.readLine() {
@@ -307,6 +345,9 @@ final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in in
         var maxRSSMB: Double
     }
 
+    /// What the child is, for messages: "listener" or "replicator" (from its command).
+    var role: String { stderrPath.hasSuffix("listener.err") ? "listener" : "replicator" }
+
     init(_ executable: String, _ arguments: [String], stderrPath: String) throws {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw PeerSyncError(.internalError, "bench: pipe failed (errno \(errno))") }
@@ -334,6 +375,7 @@ final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in in
         pid = child
         stdoutFD = fds[0]
         self.stderrPath = stderrPath
+        BenchCleanup.register(self)
     }
 
     deinit { close(stdoutFD) }
@@ -380,6 +422,7 @@ final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in in
         var usage = rusage()
         while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
         reaped.store(true, ordering: .releasing)
+        BenchCleanup.unregister(self)
         let code: Int32 = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         return Exit(status: code, maxRSSMB: Double(usage.ru_maxrss) / 1024)  // ru_maxrss is in KiB on Linux
     }
@@ -387,5 +430,113 @@ final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in in
     func stderrText() -> String {
         let text = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
         return text.split(separator: "\n").suffix(3).joined(separator: " | ")
+    }
+}
+
+/// Kills the children of one run (SIGKILL, by PID) if it is not over after `seconds`.
+final class Watchdog: Sendable {
+    private let state = Mutex<(children: [ChildProcess], fired: Bool, cancelled: Bool)>(([], false, false))
+
+    init(seconds: Double) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [weak self] in
+            guard let self else { return }
+            let children = self.state.withLock { s -> [ChildProcess] in
+                guard !s.cancelled else { return [] }
+                s.fired = true
+                return s.children
+            }
+            for child in children { child.kill(SIGKILL) }
+        }
+    }
+
+    /// Kills `child` too when the time is up (at once if it already is).
+    func watch(_ child: ChildProcess) {
+        let fired = state.withLock { s in
+            s.children.append(child)
+            return s.fired
+        }
+        if fired { child.kill(SIGKILL) }
+    }
+
+    /// The run is over: nothing is killed any more.
+    func cancel() {
+        state.withLock { $0.cancelled = true }
+    }
+
+    /// nil unless the time ran out; then what was killed (`"listener (pid 12), replicator (pid 13)"`).
+    var firedKilling: String? {
+        state.withLock { s in
+            guard s.fired else { return nil }
+            return s.children.map { "\($0.role) (pid \($0.pid))" }.joined(separator: ", ")
+        }
+    }
+}
+
+/// Removes the benchmark's temporary directory on every exit path. While installed, SIGINT
+/// and SIGTERM are handled on a dispatch queue: every live child is killed by PID (SIGKILL)
+/// and reaped, the directory removed, and the process exits with 128 + the signal.
+final class BenchCleanup {  // used by `run` only; the signal handlers capture just the path
+    /// Live children (registered by ``ChildProcess``), by PID.
+    private static let children = Mutex<[pid_t: ChildProcess]>([:])
+    private static let signalled = Atomic<Bool>(false)
+    private let root: String
+    private let sources: [any DispatchSourceSignal]
+
+    init(root: String) {
+        self.root = root
+        let queue = DispatchQueue(label: "peersync.bench.signals")
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
+            source.setEventHandler {
+                BenchCleanup.signalled.store(true, ordering: .sequentiallyConsistent)
+                BenchCleanup.killChildren()
+                // The benchmark's own clean-up may be removing files at the same time (its
+                // runs fail as the children die), which can make one removal give up.
+                for _ in 0..<100 where FileManager.default.fileExists(atPath: root) {
+                    try? FileManager.default.removeItem(atPath: root)
+                    usleep(10_000)
+                }
+                printError("peersync bench: interrupted (signal \(sig)); children killed, \(root) removed")
+                exit(128 + sig)
+            }
+            source.resume()
+            sources.append(source)
+        }
+        self.sources = sources
+    }
+
+    /// Whether SIGINT/SIGTERM arrived (the handler then ends the process).
+    var interrupted: Bool { BenchCleanup.signalled.load(ordering: .sequentiallyConsistent) }
+
+    /// Never returns: the signal handler exits the process.
+    static func suspendUntilExit() async {
+        await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
+    }
+
+    /// Normal exit (success or error): kills any child left, removes the directory, restores
+    /// the default signal actions.
+    func finish() {
+        for source in sources { source.cancel() }
+        BenchCleanup.killChildren()
+        try? FileManager.default.removeItem(atPath: root)
+        signal(SIGINT, SIG_DFL)
+        signal(SIGTERM, SIG_DFL)
+    }
+
+    static func register(_ child: ChildProcess) { children.withLock { $0[child.pid] = child } }
+    static func unregister(_ child: ChildProcess) { _ = children.withLock { $0.removeValue(forKey: child.pid) } }
+
+    /// SIGKILLs every live child by PID, then waits (blocking, on the calling dispatch
+    /// thread) until each is gone or reaped elsewhere.
+    private static func killChildren() {
+        let live = children.withLock { Array($0.values) }
+        for child in live { child.kill(SIGKILL) }
+        for child in live {
+            var status: Int32 = 0
+            // ECHILD: reaped meanwhile by the benchmark's own wait.
+            while waitpid(child.pid, &status, 0) < 0 && errno == EINTR {}
+        }
     }
 }

@@ -31,7 +31,7 @@ struct PeerSyncCLI {
       peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]
       peersync bench transport [--json] [--transports loopback,ws,wss] [--sizes 1024,65536]
                                [--total-mb N] [--repeat N] [--idle N]
-      peersync bench sync [--docs N] [--json] [--transports wss,ws] [--backend sqlite|lmdb]
+      peersync bench sync [--docs N] [--json] [--transports wss,ws] [--backend sqlite|lmdb] [--timeout S]
                              push and pull between two peersync processes, beside the raw bulk insert
       peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL]
                                [--usage server|client|both] [--cn NAME] [--days N]

@@ -48,7 +48,7 @@ extension ReplicationSession {
     /// Pusher: records the blobs `body` references before the revision is sent, so the peer's
     /// `getAttachment`/`proveAttachment` for them are served.
     func noteSentBlobs(_ body: [String: JSONValue]) {
-        for ref in blobReferences(in: .object(body)) {
+        for ref in blobReferences(in: .object(body)) + LegacyAttachments.attachmentReferences(in: body) {
             if let digest = ref["digest"]?.stringValue { sentBlobDigests.insert(digest) }
         }
     }

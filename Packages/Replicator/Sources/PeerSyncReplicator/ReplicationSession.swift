@@ -508,13 +508,14 @@ actor ReplicationSession {
             }
             let maxHistory = reply.properties.int("maxHistory") ?? self.maxHistory
             let deltas = reply.properties.bool("deltas")
+            let legacyAttachments = !reply.properties.bool("blobs")
             let outcomes = try await withThrowingTaskGroup(of: (Proposal, PeerSyncError?).self) { group in
                 for p in toSend {
                     group.addTask {
                         let error = try await self.sendRev(index: index, sc: sc, docID: p.docID, revID: p.revID,
                                                            sequence: String(p.sequence), known: p.serverRev.map { [$0] } ?? [],
                                                            maxHistory: maxHistory, noConflicts: true, deltas: deltas,
-                                                           prefetched: prefetched[p.docID])
+                                                           legacyAttachments: legacyAttachments, prefetched: prefetched[p.docID])
                         return (p, error)
                     }
                 }
@@ -573,6 +574,7 @@ actor ReplicationSession {
         let answers = try JSONValue.parse(reply.body, "changes reply").arrayValue ?? []
         let maxHistory = reply.properties.int("maxHistory") ?? self.maxHistory
         let deltas = reply.properties.bool("deltas")
+        let legacyAttachments = !reply.properties.bool("blobs")
         let outcomes = try await withThrowingTaskGroup(of: (ChangeEntry, PeerSyncError?, Bool).self) { group in
             for (i, c) in changes.enumerated() {
                 guard i < answers.count, let known = answers[i].arrayValue else { continue }
@@ -581,7 +583,7 @@ actor ReplicationSession {
                     let error = try await self.sendRev(index: index, sc: sc, docID: c.docID, revID: c.revID,
                                                        sequence: String(c.sequence), known: knownRevs,
                                                        maxHistory: maxHistory, noConflicts: false, deltas: deltas,
-                                                       prefetched: prefetched[c.docID])
+                                                       legacyAttachments: legacyAttachments, prefetched: prefetched[c.docID])
                     return (c, error, true)
                 }
             }
@@ -601,7 +603,7 @@ actor ReplicationSession {
         return outcomes.filter { $0.1 != nil }.map(\.0.sequence)
     }
 
-    /// What ``sendRev(index:sc:docID:revID:sequence:known:maxHistory:noConflicts:deltas:prefetched:)``
+    /// What ``sendRev(index:sc:docID:revID:sequence:known:maxHistory:noConflicts:deltas:legacyAttachments:prefetched:)``
     /// needs of a document, read for a whole batch of changes at once.
     struct Prefetched: Sendable {
         let revisions: DocumentRevisions
@@ -637,9 +639,12 @@ actor ReplicationSession {
     /// is at least ``minDeltaBodySize`` bytes goes as a delta against the first of `known`
     /// whose live body is still stored here, when the delta is at most ``maxDeltaRatio`` ×
     /// the body; if the peer answers `HTTP`/422 (unknown base, bad delta) the full body is sent.
+    /// With `legacyAttachments` (the reply lacked `blobs: true`) a body with blobs, and a delta
+    /// base, go in legacy form (``LegacyAttachments/encode(_:revpos:)``, `revpos` = generation);
+    /// see ``LegacyAttachments/sendsLegacyForm(_:peerSupportsBlobs:)``.
     private func sendRev(index: Int, sc: SessionCollection, docID: String, revID: RevisionID, sequence: String,
                          known: [RevisionID], maxHistory: Int, noConflicts: Bool, deltas: Bool = false,
-                         prefetched: Prefetched? = nil) async throws -> PeerSyncError? {
+                         legacyAttachments: Bool = false, prefetched: Prefetched? = nil) async throws -> PeerSyncError? {
         var props = collectionProperty(index)
         props["id"] = docID
         props["rev"] = revID.description
@@ -652,7 +657,7 @@ actor ReplicationSession {
             revs = try await sc.collection.revisions(of: docID)
             body = try await sc.collection.revisionBody(docID: docID, revID: revID)
         }
-        guard let revs, let info = revs.revision(revID), let body else {
+        guard let revs, let info = revs.revision(revID), var body else {
             props["error"] = "404"
             props["reason"] = "revision no longer available"
             try await blip.sendNoReply(.request("norev", properties: props))
@@ -671,11 +676,14 @@ actor ReplicationSession {
         if !history.isEmpty { props["history"] = history.map(\.description).joined(separator: ",") }
         if info.isDeleted { props["deleted"] = "1" }
         if noConflicts { props["noconflicts"] = "1" }
-        let full = JSONValue.object(body).json
         noteSentBlobs(body)
+        let legacy = LegacyAttachments.sendsLegacyForm(body, peerSupportsBlobs: !legacyAttachments)
+        if legacy { body = LegacyAttachments.encode(body, revpos: revID.generation) }
+        let full = JSONValue.object(body).json
         var reply: BLIPMessage
         if deltas, role == .active || enableDeltaSync, !info.isDeleted, full.count >= Self.minDeltaBodySize,
-           let (base, delta) = try await deltaBody(sc: sc, docID: docID, revs: revs, body: body, bodySize: full.count, known: known) {
+           let (base, delta) = try await deltaBody(sc: sc, docID: docID, revs: revs, body: body, bodySize: full.count,
+                                                   known: known, legacyAttachments: legacy) {
             var deltaProps = props
             deltaProps["deltaSrc"] = base.description
             reply = try await send(.request("rev", properties: deltaProps, body: delta, flags: [.compressed]), "rev")
@@ -696,10 +704,11 @@ actor ReplicationSession {
     /// The base revision and encoded delta for sending `body` to a peer that has `known`, or
     /// nil when no known live revision's body is stored or the delta is too large.
     private func deltaBody(sc: SessionCollection, docID: String, revs: DocumentRevisions, body: [String: JSONValue],
-                           bodySize: Int, known: [RevisionID]) async throws -> (RevisionID, [UInt8])? {
+                           bodySize: Int, known: [RevisionID], legacyAttachments: Bool) async throws -> (RevisionID, [UInt8])? {
         for base in known {
             guard let info = revs.revision(base), !info.isDeleted,
-                  let baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else { continue }
+                  var baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else { continue }
+            if legacyAttachments { baseBody = LegacyAttachments.encode(baseBody, revpos: base.generation) }
             let delta = JSONDelta.create(old: .object(baseBody), new: .object(body)) ?? .object([:])
             let bytes = delta.json
             guard Double(bytes.count) <= Self.maxDeltaRatio * Double(bodySize) else { return nil }
@@ -897,8 +906,12 @@ actor ReplicationSession {
         if let src = props["deltaSrc"] {
             guard let base = try? RevisionID(src), let revs = try await sc.collection.revisions(of: docID),
                   let info = revs.revision(base), !info.isDeleted,
-                  let baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else {
+                  var baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else {
                 throw blipError("HTTP", 422, "unknown delta base revision \(src)")
+            }
+            // A delta touching `_attachments` is against the base's legacy form (notes §8).
+            if parsed[LegacyAttachments.key] != nil {
+                baseBody = LegacyAttachments.encode(baseBody, revpos: base.generation)
             }
             do { newBody = try JSONDelta.apply(parsed, to: .object(baseBody)) } catch {
                 throw blipError("HTTP", 422, error.message)
@@ -913,7 +926,9 @@ actor ReplicationSession {
             events.progress(1, 0)
             return nil
         }
-        for key in body.keys where key.hasPrefix("_") { body[key] = nil }
+        do { body = try LegacyAttachments.decode(body) } catch {
+            throw blipError("LiteCore", 7, error.message)  // LiteCore's NotFound
+        }
         let flags: DocumentFlags = deleted ? .deleted : []
         let fullName = sc.collection.fullName
         if role == .active, let filter = sc.config.pullFilter {
@@ -925,7 +940,7 @@ actor ReplicationSession {
         }
         // Blobs first: the revision is only inserted once every blob it references is stored.
         var pins: [Blob] = []
-        for ref in blobReferences(in: .object(body)) {
+        for ref in blobReferences(in: .object(body)) + LegacyAttachments.attachmentReferences(in: body) {
             if try await database.getBlob(properties: ref) != nil { continue }
             guard let digest = ref["digest"]?.stringValue else { continue }
             pins.append(try await fetchBlob(digest: digest, reference: ref, index: index, docID: docID))

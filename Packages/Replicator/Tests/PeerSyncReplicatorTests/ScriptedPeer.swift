@@ -26,7 +26,10 @@ final class ScriptedPeer: Sendable {
     private let listener: LoopbackListener
     private let acceptTask = Mutex<Task<Void, Never>?>(nil)
 
-    init(network: LoopbackNetwork, script: @escaping @Sendable (BLIPConnection) async throws -> Void) throws {
+    /// `handlers` runs on each connection after the default handlers are registered (to
+    /// replace some of them).
+    init(network: LoopbackNetwork, script: @escaping @Sendable (BLIPConnection) async throws -> Void,
+         handlers: (@Sendable (BLIPConnection) async -> Void)? = nil) throws {
         self.network = network
         endpoint = try Endpoint(url: "loopback://scripted-\(UUID().uuidString.prefix(8))/db")
         let l = try LoopbackTransport(network: network, host: endpoint.host).listenLoopback(on: endpoint.with(port: nil))
@@ -36,6 +39,7 @@ final class ScriptedPeer: Sendable {
                 while let conn = try? await l.accept() {
                     guard let blip = try? BLIPConnection(connection: conn) else { continue }
                     await Self.register(blip, record: record, script: script)
+                    await handlers?(blip)
                     group.addTask {
                         await blip.start()
                         _ = await blip.waitUntilClosed()
