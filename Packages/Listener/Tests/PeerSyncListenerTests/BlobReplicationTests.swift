@@ -81,10 +81,12 @@ private func generatedBlob(_ db: Database, length: Int, seed: UInt64, contentTyp
                 #expect(status.error == nil, "\(String(describing: status.error))")
             }
             print("wss blob RSS growth: push \(pushGrowth / 1024) MB, pull \(pullGrowth / 1024) MB for a 50 MiB blob")
-            // The old whole-message path held the blob several times over (≥ 100 MB); streamed
-            // transfers stay far below the blob's size.
-            #expect(pushGrowth < 25 * 1024)
-            #expect(pullGrowth < 25 * 1024)
+            // The old whole-message path held the blob several times over (≥ 100 MB: both peers
+            // live in this process); streamed transfers measured 0–6 MB alone. The limit is one
+            // blob's size, so other tests running in parallel in this process cannot fail it
+            // while a whole-blob buffer on either side still would.
+            #expect(pushGrowth < bigLength / 1024)
+            #expect(pullGrowth < bigLength / 1024)
 
             let pushed = try await snapshot(pusherDB.defaultCollection())
             #expect(try await snapshot(serverDB.defaultCollection()) == pushed)
