@@ -1002,6 +1002,7 @@ actor ReplicationSession {
     private func resolveIfConflicted(index: Int, sc: SessionCollection, docID: String, pulled: RevisionID,
                                      tree: DocumentRevisions? = nil) async throws {
         var known = tree
+        var lastRefusal: PeerSyncError?
         for _ in 0..<4 {
             let read: DocumentRevisions?
             if let known { read = known } else { read = try await sc.collection.revisions(of: docID) }
@@ -1068,9 +1069,13 @@ actor ReplicationSession {
                 }
                 return
             } catch let error as PeerSyncError where error.code == .invalidArgument {
-                continue  // the document changed under us; look again
+                lastRefusal = error
+                continue  // the document changed under us (or the resolution was refused); look again
             }
         }
+        // Never silently unresolved: the document's pull event carries this error.
+        throw PeerSyncError(.conflict, "the conflict on \(docID) is still unresolved after 4 attempts: "
+                            + (lastRefusal?.message ?? "the document kept changing"), context: ["docID": docID])
     }
 
     /// The deletion-vs-edit rule, the same for both roles (Couchbase Lite: deletion wins):

@@ -32,6 +32,23 @@ import Testing
         }
     }
 
+    /// A resolution the database refuses (here: a reserved `_` property) is never silently
+    /// dropped: the pulled document's event carries a conflict error and the conflict stays.
+    @Test func refusedResolutionIsReportedNotSilent() async throws {
+        try await withPeers(2) { p in
+            try p[1].listen()
+            try await makeConflict(p, local: ["v": "local"], remote: ["v": "remote"])
+            var config = CollectionConfiguration()
+            config.conflictResolver = ConflictResolvers.custom { _ in MutableDocument(id: "c", data: ["_reserved": true]) }
+            let log = EventLog()
+            try await replicate(p[0], to: p[1], type: .pull, config: config, events: log)
+            let pulled = log.documents.filter { $0.id == "c" }
+            #expect(pulled.count == 1)
+            #expect(pulled.first?.error?.code == .conflict, "\(pulled)")
+            #expect(try await p[0].defaultCollection.revisions(of: "c")?.isConflicted == true)
+        }
+    }
+
     @Test func deletionWinsByDefault() async throws {
         try await withPeers(2) { p in
             try p[1].listen()
