@@ -120,8 +120,18 @@ public actor BLIPConnection {
     private var handlers: [String: StreamingHandler] = [:]
     private var concurrentProfiles: Set<String> = []
     private var nextRequestNumber: UInt64 = 1
+    /// Messages being sent (begun) and responses not begun yet, in queue order. The writer
+    /// serves them round-robin (urgent ones first) together with the first of
+    /// `queuedRequests`, which takes the slot after the last of them.
     private var outgoing: [Outgoing] = []
     private var roundRobin = 0
+    /// Requests not begun yet, in number order: they must start in that order, so only the
+    /// first (at `queuedHead`) is ever eligible and the writer never scans the rest (a push
+    /// queues hundreds of `rev`s). Entries before `queuedHead` are nil (taken).
+    private var queuedRequests: [Outgoing?] = []
+    private var queuedHead = 0
+    /// How many of `queuedRequests` are urgent.
+    private var queuedUrgent = 0
     private var controlFrames: [[UInt8]] = []
     private var pendingResponses: [UInt64: PendingResponse] = [:]
     private var partialRequests: [UInt64: PartialRequest] = [:]
@@ -276,8 +286,45 @@ public actor BLIPConnection {
             }
             outStreams[id] = stream
         }
-        outgoing.append(out)
+        if message.type == .request {
+            if out.isUrgent { queuedUrgent += 1 }
+            queuedRequests.append(out)
+        } else {
+            outgoing.append(out)
+        }
         wakeWriter()
+    }
+
+    /// Where an outgoing message waits: in `outgoing` or in `queuedRequests`.
+    private enum Slot { case active(Int), queued(Int) }
+
+    private func slot(ofStream id: UInt64) -> Slot? {
+        if let i = outgoing.firstIndex(where: { $0.streamID == id }) { return .active(i) }
+        if let i = queuedRequests[queuedHead...].firstIndex(where: { $0?.streamID == id }) { return .queued(i) }
+        return nil
+    }
+
+    private func buffered(at slot: Slot) -> Int {
+        switch slot {
+        case .active(let i): return outgoing[i].buffered
+        case .queued(let i): return queuedRequests[i]?.buffered ?? 0
+        }
+    }
+
+    /// Takes the first queued request (the caller frames it).
+    private func popQueuedRequest() -> Outgoing? {
+        guard queuedHead < queuedRequests.count, let m = queuedRequests[queuedHead] else { return nil }
+        queuedRequests[queuedHead] = nil
+        queuedHead += 1
+        if queuedHead == queuedRequests.count {
+            queuedRequests.removeAll(keepingCapacity: true)
+            queuedHead = 0
+        } else if queuedHead >= 1024, queuedHead * 2 >= queuedRequests.count {
+            queuedRequests.removeFirst(queuedHead)
+            queuedHead = 0
+        }
+        if m.isUrgent { queuedUrgent -= 1 }
+        return m
     }
 
     /// The most bytes of a streamed body buffered before its pump waits.
@@ -286,12 +333,14 @@ public actor BLIPConnection {
     /// Adds a chunk from a body source; waits while the message's buffer is full. Returns
     /// false when the source must stop (connection closed).
     private func deposit(_ id: UInt64, _ chunk: [UInt8]) async -> Bool {
-        guard closeReason == nil, outStreams[id] != nil,
-              let i = outgoing.firstIndex(where: { $0.streamID == id }) else { return false }
-        outgoing[i].content.append(contentsOf: chunk)
+        guard closeReason == nil, outStreams[id] != nil, let slot = slot(ofStream: id) else { return false }
+        switch slot {
+        case .active(let i): outgoing[i].content.append(contentsOf: chunk)
+        case .queued(let i): queuedRequests[i]?.content.append(contentsOf: chunk)
+        }
         updateOutboundStatistics()
         wakeWriter()
-        guard outgoing[i].buffered >= sendBufferLimit else { return true }
+        guard buffered(at: slot) >= sendBufferLimit else { return true }
         return await withCheckedContinuation { continuation in
             if closeReason == nil, outStreams[id] != nil {
                 outStreams[id]?.pumpWaiter = continuation
@@ -311,7 +360,18 @@ public actor BLIPConnection {
         }
         outStreams[id] = nil
         let failure = Self.wrap(error, "reading a streamed BLIP body")
-        guard let i = outgoing.firstIndex(where: { $0.streamID == id }) else { return }
+        guard let slot = slot(ofStream: id) else { return }
+        guard case .active(let i) = slot else {
+            // A request not begun yet: nothing of it is on the wire, but the peer expects
+            // request numbers in order, so the connection cannot go on without it.
+            if case .queued(let q) = slot, let old = queuedRequests[q] {
+                queuedRequests.remove(at: q)
+                if old.isUrgent { queuedUrgent -= 1 }
+            }
+            updateOutboundStatistics()
+            await finish(.error(failure), code: 1011, reason: "a streamed message body failed")
+            return
+        }
         let old = outgoing[i]
         if !old.begun && old.message.type != .request {
             // Nothing of the response is on the wire yet: answer with an error instead.
@@ -331,7 +391,12 @@ public actor BLIPConnection {
 
     private func updateOutboundStatistics() {
         var total = 0
-        for m in outgoing where m.streamID != nil { total += m.buffered }
+        for i in outgoing.indices where outgoing[i].streamID != nil { total += outgoing[i].buffered }
+        if !outStreams.isEmpty {
+            for i in queuedRequests.indices.dropFirst(queuedHead) where queuedRequests[i]?.streamID != nil {
+                total += queuedRequests[i]?.buffered ?? 0
+            }
+        }
         statistics.bufferedOutboundBytes = total
         statistics.peakBufferedOutboundBytes = max(statistics.peakBufferedOutboundBytes, total)
     }
@@ -368,30 +433,31 @@ public actor BLIPConnection {
     }
 
     private func buildFrame() -> [UInt8]? {
-        guard !outgoing.isEmpty else { return nil }
-        // Urgent messages first (in queue order), then normal ones round-robin.
-        // Requests must *start* in number order (the receiver rejects anything else), so a
-        // request that has not begun is eligible only if no earlier request is still unbegun.
-        var eligible = [Bool](repeating: false, count: outgoing.count)
-        var unbegunRequestSeen = false
-        for (i, m) in outgoing.enumerated() {
-            let unbegunRequest = m.message.type == .request && !m.begun
-            eligible[i] = sendable(m) && !(unbegunRequest && unbegunRequestSeen)
-            if unbegunRequest { unbegunRequestSeen = true }
-        }
-        var index: Int?
-        if let urgent = outgoing.indices.first(where: { outgoing[$0].isUrgent && eligible[$0] }) {
-            index = urgent
+        // Urgent messages first (in queue order), then normal ones round-robin. Requests must
+        // *start* in number order (the receiver rejects anything else): only the first queued
+        // request is eligible, in the slot after the last of `outgoing`.
+        let headIndex = queuedHead < queuedRequests.count ? queuedHead : nil
+        let headSendable = headIndex.map { h in queuedRequests[h].map { sendable($0) } ?? false } ?? false
+        let headUrgent = headIndex.map { h in queuedRequests[h]?.isUrgent ?? false } ?? false
+        let queuedSlot = outgoing.count
+        var pick: Int?
+        if let urgent = outgoing.indices.first(where: { outgoing[$0].isUrgent && sendable(outgoing[$0]) }) {
+            pick = urgent
+        } else if headSendable && headUrgent {
+            pick = queuedSlot
         } else {
-            for step in 0..<outgoing.count {
-                let i = (roundRobin + step) % outgoing.count
-                if eligible[i] { index = i; break }
+            let slots = outgoing.count + 1
+            for step in 0..<slots {
+                let i = (roundRobin + step) % slots
+                if i == queuedSlot ? headSendable : sendable(outgoing[i]) { pick = i; break }
             }
         }
-        guard let i = index else { return nil }
-        let urgentWaiting = !outgoing[i].isUrgent && outgoing.contains { $0.isUrgent }
+        guard let i = pick else { return nil }
+        // Moved out (not copied), so a streamed body's buffer is trimmed in place.
+        let fromQueue = i == queuedSlot
+        guard var m = fromQueue ? popQueuedRequest() : outgoing.remove(at: i) else { return nil }
+        let urgentWaiting = !m.isUrgent && (queuedUrgent > 0 || outgoing.contains { $0.isUrgent })
         let frameSize = urgentWaiting ? tuning.urgentFrameSize : tuning.maxFrameSize
-        var m = outgoing[i]
         let sourceFinished = m.streamID.map { outStreams[$0]?.finished ?? true } ?? true
         do {
             let (frame, counted) = try encoder.nextFrame(type: m.message.type, number: m.message.number,
@@ -409,15 +475,20 @@ public actor BLIPConnection {
                     waiter.resume(returning: true)
                 }
             }
-            if sourceFinished && m.offset >= m.content.count {
-                if let id = m.streamID { outStreams[id] = nil }
-                outgoing.remove(at: i)
-                roundRobin = outgoing.isEmpty ? 0 : i % outgoing.count
+            let done = sourceFinished && m.offset >= m.content.count
+            if done, let id = m.streamID { outStreams[id] = nil }
+            let streamed = m.streamID != nil
+            if fromQueue {
+                // A begun request joins the round-robin at its end; the next turn starts over.
+                if !done { outgoing.append(m) }
+                roundRobin = 0
+            } else if done {
+                roundRobin = i  // the message after it moved up
             } else {
-                outgoing[i] = m
-                roundRobin = (i + 1) % outgoing.count
+                outgoing.insert(m, at: i)
+                roundRobin = i + 1
             }
-            if m.streamID != nil { updateOutboundStatistics() }
+            if streamed { updateOutboundStatistics() }
             return frame
         } catch {
             Task { await self.finish(.error(error), code: 1011, reason: error.message) }
