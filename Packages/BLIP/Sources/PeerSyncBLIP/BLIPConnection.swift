@@ -100,7 +100,9 @@ public actor BLIPConnection {
     }
 
     private struct PendingResponse {
-        var continuation: CheckedContinuation<BLIPMessage, any Error>
+        /// Nil once the caller gave up (reply timeout, cancellation): the response is still
+        /// read (the peer sends it) and dropped.
+        var continuation: CheckedContinuation<BLIPMessage, any Error>?
         var properties: BLIPProperties = [:]
         var flags: BLIPFlags = []
         var type: BLIPMessageType = .response
@@ -147,6 +149,27 @@ public actor BLIPConnection {
     private var inStreams: [UInt64: InStream] = [:]
     private var readerWakeup: CheckedContinuation<Void, Never>?
     private var statistics = BLIPStreamStatistics()
+    /// Reply deadlines of requests sent with a timeout, one FIFO per timeout length (so each
+    /// is in deadline order), checked by one watchdog task per connection.
+    private var deadlines: [Duration: DeadlineQueue] = [:]
+    private var watchdog: Task<Void, Never>?
+
+    private struct DeadlineQueue {
+        var entries: [(number: UInt64, deadline: ContinuousClock.Instant, what: String)] = []
+        var head = 0
+        var isEmpty: Bool { head == entries.count }
+        var first: (number: UInt64, deadline: ContinuousClock.Instant, what: String)? { isEmpty ? nil : entries[head] }
+        mutating func removeFirst() {
+            head += 1
+            if head == entries.count {
+                entries.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 1024, head * 2 >= entries.count {
+                entries.removeFirst(head)
+                head = 0
+            }
+        }
+    }
 
     public init(channel: any BLIPFrameChannel, tuning: BLIPTuning = BLIPTuning()) throws {
         self.channel = channel
@@ -194,6 +217,82 @@ public actor BLIPConnection {
     /// response as soon as they are queued.
     public func sendRequest(_ request: BLIPMessage) async throws -> BLIPMessage {
         try await send(request, body: nil)
+    }
+
+    /// Sends a request and waits for its response at most `timeout`; then throws
+    /// ``PeerSyncError/Code/timeout`` (context `waitingFor`: `what`). Cancelling the calling
+    /// task throws `CancellationError` at once. Either way the request stays sent and its
+    /// response, if it comes, is dropped; callers usually close the connection after a
+    /// timeout. One watchdog per connection checks every deadline: no timer or task per
+    /// request. Requests marked `.noReply` return an empty response as soon as they are queued.
+    public func sendRequest(_ request: BLIPMessage, timeout: Duration, waitingFor what: String) async throws -> BLIPMessage {
+        if let reason = closeReason { throw Self.error(for: reason) }
+        var message = request
+        message.type = .request
+        message.number = nextRequestNumber
+        nextRequestNumber += 1
+        let number = message.number
+        if message.flags.contains(.noReply) {
+            enqueue(message)
+            return BLIPMessage(type: .response, number: number)
+        }
+        decoder.expectResponse(to: number)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                pendingResponses[number] = PendingResponse(continuation: continuation)
+                armDeadline(number, timeout, what)
+                enqueue(message)
+            }
+        } onCancel: {
+            Task { await self.abandonResponse(number, with: CancellationError()) }
+        }
+    }
+
+    /// Ends the wait for the response to request `number` with `error` (the response is
+    /// dropped when it arrives).
+    private func abandonResponse(_ number: UInt64, with error: any Error) {
+        guard let continuation = pendingResponses[number]?.continuation else { return }
+        pendingResponses[number]?.continuation = nil
+        continuation.resume(throwing: error)
+    }
+
+    private func armDeadline(_ number: UInt64, _ timeout: Duration, _ what: String) {
+        deadlines[timeout, default: DeadlineQueue()].entries.append((number, .now + timeout, what))
+        guard watchdog == nil else { return }
+        watchdog = Task { [weak self] in
+            while let next = await self?.expireDeadlines() {
+                try? await Task.sleep(until: next, clock: .continuous)
+                if Task.isCancelled { return }
+            }
+        }
+    }
+
+    /// Times out the expired requests; returns the next deadline to check, or nil (and ends
+    /// the watchdog) when no request waits with one.
+    private func expireDeadlines() -> ContinuousClock.Instant? {
+        let now = ContinuousClock.now
+        var next: ContinuousClock.Instant?
+        for timeout in Array(deadlines.keys) {
+            guard var queue = deadlines.removeValue(forKey: timeout) else { continue }
+            while let first = queue.first {
+                if pendingResponses[first.number]?.continuation == nil {
+                    queue.removeFirst()  // answered or abandoned
+                } else if first.deadline <= now {
+                    queue.removeFirst()
+                    abandonResponse(first.number, with: PeerSyncError(.timeout, "no answer from the peer within \(timeout)",
+                                                                      context: ["waitingFor": first.what]))
+                } else {
+                    next = min(next ?? first.deadline, first.deadline)
+                    break
+                }
+            }
+            if !queue.isEmpty { deadlines[timeout] = queue }
+        }
+        if next == nil || closeReason != nil {
+            watchdog = nil
+            return nil
+        }
+        return next
     }
 
     /// Sends a request whose body is `request.body` followed by the chunks of `body` (pulled
@@ -605,10 +704,10 @@ public actor BLIPConnection {
                     let message = BLIPMessage(type: .request, number: number, flags: partial.flags,
                                               properties: partial.properties, body: partial.body)
                     requestQueue?.yield(BLIPRequest(message: message))
-                } else if let pending = pendingResponses.removeValue(forKey: number) {
+                } else if let pending = pendingResponses.removeValue(forKey: number), let continuation = pending.continuation {
                     let message = BLIPMessage(type: pending.type, number: number, flags: pending.flags,
                                               properties: pending.properties, body: pending.body)
-                    pending.continuation.resume(returning: message)
+                    continuation.resume(returning: message)
                 }
             }
         }
@@ -750,8 +849,11 @@ public actor BLIPConnection {
         guard closeReason == nil else { return }
         closeReason = reason
         let error = Self.error(for: reason)
-        for (_, pending) in pendingResponses { pending.continuation.resume(throwing: error) }
+        for (_, pending) in pendingResponses { pending.continuation?.resume(throwing: error) }
         pendingResponses.removeAll()
+        deadlines.removeAll()
+        watchdog?.cancel()
+        watchdog = nil
         for (_, head) in streamHeads { head.continuation.resume(throwing: error) }
         streamHeads.removeAll()
         let unfinished = reason == .normal
