@@ -185,10 +185,8 @@ final class BLIPFrameDecoder {
         }
         let payloadEnd = bytes.endIndex - 4
         let counted = bytes.endIndex - index
-        var payload = Array(bytes[index..<payloadEnd])
-        if flags.contains(.compressed) {
-            payload = try inflater.decompress(payload[...])
-        }
+        let payload = flags.contains(.compressed)
+            ? try inflater.decompress(bytes[index..<payloadEnd]) : Array(bytes[index..<payloadEnd])
         crc = crc32Update(crc, payload)
         let sent = UInt32(bytes[payloadEnd]) << 24 | UInt32(bytes[payloadEnd + 1]) << 16
             | UInt32(bytes[payloadEnd + 2]) << 8 | UInt32(bytes[payloadEnd + 3])
