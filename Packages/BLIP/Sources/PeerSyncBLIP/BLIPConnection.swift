@@ -100,7 +100,9 @@ public actor BLIPConnection {
     }
 
     private struct PendingResponse {
-        var continuation: CheckedContinuation<BLIPMessage, any Error>
+        /// Nil once the caller gave up (reply timeout, cancellation): the response is still
+        /// read (the peer sends it) and dropped.
+        var continuation: CheckedContinuation<BLIPMessage, any Error>?
         var properties: BLIPProperties = [:]
         var flags: BLIPFlags = []
         var type: BLIPMessageType = .response
@@ -120,8 +122,18 @@ public actor BLIPConnection {
     private var handlers: [String: StreamingHandler] = [:]
     private var concurrentProfiles: Set<String> = []
     private var nextRequestNumber: UInt64 = 1
+    /// Messages being sent (begun) and responses not begun yet, in queue order. The writer
+    /// serves them round-robin (urgent ones first) together with the first of
+    /// `queuedRequests`, which takes the slot after the last of them.
     private var outgoing: [Outgoing] = []
     private var roundRobin = 0
+    /// Requests not begun yet, in number order: they must start in that order, so only the
+    /// first (at `queuedHead`) is ever eligible and the writer never scans the rest (a push
+    /// queues hundreds of `rev`s). Entries before `queuedHead` are nil (taken).
+    private var queuedRequests: [Outgoing?] = []
+    private var queuedHead = 0
+    /// How many of `queuedRequests` are urgent.
+    private var queuedUrgent = 0
     private var controlFrames: [[UInt8]] = []
     private var pendingResponses: [UInt64: PendingResponse] = [:]
     private var partialRequests: [UInt64: PartialRequest] = [:]
@@ -137,6 +149,27 @@ public actor BLIPConnection {
     private var inStreams: [UInt64: InStream] = [:]
     private var readerWakeup: CheckedContinuation<Void, Never>?
     private var statistics = BLIPStreamStatistics()
+    /// Reply deadlines of requests sent with a timeout, one FIFO per timeout length (so each
+    /// is in deadline order), checked by one watchdog task per connection.
+    private var deadlines: [Duration: DeadlineQueue] = [:]
+    private var watchdog: Task<Void, Never>?
+
+    private struct DeadlineQueue {
+        var entries: [(number: UInt64, deadline: ContinuousClock.Instant, what: String)] = []
+        var head = 0
+        var isEmpty: Bool { head == entries.count }
+        var first: (number: UInt64, deadline: ContinuousClock.Instant, what: String)? { isEmpty ? nil : entries[head] }
+        mutating func removeFirst() {
+            head += 1
+            if head == entries.count {
+                entries.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 1024, head * 2 >= entries.count {
+                entries.removeFirst(head)
+                head = 0
+            }
+        }
+    }
 
     public init(channel: any BLIPFrameChannel, tuning: BLIPTuning = BLIPTuning()) throws {
         self.channel = channel
@@ -184,6 +217,82 @@ public actor BLIPConnection {
     /// response as soon as they are queued.
     public func sendRequest(_ request: BLIPMessage) async throws -> BLIPMessage {
         try await send(request, body: nil)
+    }
+
+    /// Sends a request and waits for its response at most `timeout`; then throws
+    /// ``PeerSyncError/Code/timeout`` (context `waitingFor`: `what`). Cancelling the calling
+    /// task throws `CancellationError` at once. Either way the request stays sent and its
+    /// response, if it comes, is dropped; callers usually close the connection after a
+    /// timeout. One watchdog per connection checks every deadline: no timer or task per
+    /// request. Requests marked `.noReply` return an empty response as soon as they are queued.
+    public func sendRequest(_ request: BLIPMessage, timeout: Duration, waitingFor what: String) async throws -> BLIPMessage {
+        if let reason = closeReason { throw Self.error(for: reason) }
+        var message = request
+        message.type = .request
+        message.number = nextRequestNumber
+        nextRequestNumber += 1
+        let number = message.number
+        if message.flags.contains(.noReply) {
+            enqueue(message)
+            return BLIPMessage(type: .response, number: number)
+        }
+        decoder.expectResponse(to: number)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                pendingResponses[number] = PendingResponse(continuation: continuation)
+                armDeadline(number, timeout, what)
+                enqueue(message)
+            }
+        } onCancel: {
+            Task { await self.abandonResponse(number, with: CancellationError()) }
+        }
+    }
+
+    /// Ends the wait for the response to request `number` with `error` (the response is
+    /// dropped when it arrives).
+    private func abandonResponse(_ number: UInt64, with error: any Error) {
+        guard let continuation = pendingResponses[number]?.continuation else { return }
+        pendingResponses[number]?.continuation = nil
+        continuation.resume(throwing: error)
+    }
+
+    private func armDeadline(_ number: UInt64, _ timeout: Duration, _ what: String) {
+        deadlines[timeout, default: DeadlineQueue()].entries.append((number, .now + timeout, what))
+        guard watchdog == nil else { return }
+        watchdog = Task { [weak self] in
+            while let next = await self?.expireDeadlines() {
+                try? await Task.sleep(until: next, clock: .continuous)
+                if Task.isCancelled { return }
+            }
+        }
+    }
+
+    /// Times out the expired requests; returns the next deadline to check, or nil (and ends
+    /// the watchdog) when no request waits with one.
+    private func expireDeadlines() -> ContinuousClock.Instant? {
+        let now = ContinuousClock.now
+        var next: ContinuousClock.Instant?
+        for timeout in Array(deadlines.keys) {
+            guard var queue = deadlines.removeValue(forKey: timeout) else { continue }
+            while let first = queue.first {
+                if pendingResponses[first.number]?.continuation == nil {
+                    queue.removeFirst()  // answered or abandoned
+                } else if first.deadline <= now {
+                    queue.removeFirst()
+                    abandonResponse(first.number, with: PeerSyncError(.timeout, "no answer from the peer within \(timeout)",
+                                                                      context: ["waitingFor": first.what]))
+                } else {
+                    next = min(next ?? first.deadline, first.deadline)
+                    break
+                }
+            }
+            if !queue.isEmpty { deadlines[timeout] = queue }
+        }
+        if next == nil || closeReason != nil {
+            watchdog = nil
+            return nil
+        }
+        return next
     }
 
     /// Sends a request whose body is `request.body` followed by the chunks of `body` (pulled
@@ -276,8 +385,45 @@ public actor BLIPConnection {
             }
             outStreams[id] = stream
         }
-        outgoing.append(out)
+        if message.type == .request {
+            if out.isUrgent { queuedUrgent += 1 }
+            queuedRequests.append(out)
+        } else {
+            outgoing.append(out)
+        }
         wakeWriter()
+    }
+
+    /// Where an outgoing message waits: in `outgoing` or in `queuedRequests`.
+    private enum Slot { case active(Int), queued(Int) }
+
+    private func slot(ofStream id: UInt64) -> Slot? {
+        if let i = outgoing.firstIndex(where: { $0.streamID == id }) { return .active(i) }
+        if let i = queuedRequests[queuedHead...].firstIndex(where: { $0?.streamID == id }) { return .queued(i) }
+        return nil
+    }
+
+    private func buffered(at slot: Slot) -> Int {
+        switch slot {
+        case .active(let i): return outgoing[i].buffered
+        case .queued(let i): return queuedRequests[i]?.buffered ?? 0
+        }
+    }
+
+    /// Takes the first queued request (the caller frames it).
+    private func popQueuedRequest() -> Outgoing? {
+        guard queuedHead < queuedRequests.count, let m = queuedRequests[queuedHead] else { return nil }
+        queuedRequests[queuedHead] = nil
+        queuedHead += 1
+        if queuedHead == queuedRequests.count {
+            queuedRequests.removeAll(keepingCapacity: true)
+            queuedHead = 0
+        } else if queuedHead >= 1024, queuedHead * 2 >= queuedRequests.count {
+            queuedRequests.removeFirst(queuedHead)
+            queuedHead = 0
+        }
+        if m.isUrgent { queuedUrgent -= 1 }
+        return m
     }
 
     /// The most bytes of a streamed body buffered before its pump waits.
@@ -286,12 +432,14 @@ public actor BLIPConnection {
     /// Adds a chunk from a body source; waits while the message's buffer is full. Returns
     /// false when the source must stop (connection closed).
     private func deposit(_ id: UInt64, _ chunk: [UInt8]) async -> Bool {
-        guard closeReason == nil, outStreams[id] != nil,
-              let i = outgoing.firstIndex(where: { $0.streamID == id }) else { return false }
-        outgoing[i].content.append(contentsOf: chunk)
+        guard closeReason == nil, outStreams[id] != nil, let slot = slot(ofStream: id) else { return false }
+        switch slot {
+        case .active(let i): outgoing[i].content.append(contentsOf: chunk)
+        case .queued(let i): queuedRequests[i]?.content.append(contentsOf: chunk)
+        }
         updateOutboundStatistics()
         wakeWriter()
-        guard outgoing[i].buffered >= sendBufferLimit else { return true }
+        guard buffered(at: slot) >= sendBufferLimit else { return true }
         return await withCheckedContinuation { continuation in
             if closeReason == nil, outStreams[id] != nil {
                 outStreams[id]?.pumpWaiter = continuation
@@ -311,7 +459,18 @@ public actor BLIPConnection {
         }
         outStreams[id] = nil
         let failure = Self.wrap(error, "reading a streamed BLIP body")
-        guard let i = outgoing.firstIndex(where: { $0.streamID == id }) else { return }
+        guard let slot = slot(ofStream: id) else { return }
+        guard case .active(let i) = slot else {
+            // A request not begun yet: nothing of it is on the wire, but the peer expects
+            // request numbers in order, so the connection cannot go on without it.
+            if case .queued(let q) = slot, let old = queuedRequests[q] {
+                queuedRequests.remove(at: q)
+                if old.isUrgent { queuedUrgent -= 1 }
+            }
+            updateOutboundStatistics()
+            await finish(.error(failure), code: 1011, reason: "a streamed message body failed")
+            return
+        }
         let old = outgoing[i]
         if !old.begun && old.message.type != .request {
             // Nothing of the response is on the wire yet: answer with an error instead.
@@ -331,7 +490,12 @@ public actor BLIPConnection {
 
     private func updateOutboundStatistics() {
         var total = 0
-        for m in outgoing where m.streamID != nil { total += m.buffered }
+        for i in outgoing.indices where outgoing[i].streamID != nil { total += outgoing[i].buffered }
+        if !outStreams.isEmpty {
+            for i in queuedRequests.indices.dropFirst(queuedHead) where queuedRequests[i]?.streamID != nil {
+                total += queuedRequests[i]?.buffered ?? 0
+            }
+        }
         statistics.bufferedOutboundBytes = total
         statistics.peakBufferedOutboundBytes = max(statistics.peakBufferedOutboundBytes, total)
     }
@@ -368,30 +532,31 @@ public actor BLIPConnection {
     }
 
     private func buildFrame() -> [UInt8]? {
-        guard !outgoing.isEmpty else { return nil }
-        // Urgent messages first (in queue order), then normal ones round-robin.
-        // Requests must *start* in number order (the receiver rejects anything else), so a
-        // request that has not begun is eligible only if no earlier request is still unbegun.
-        var eligible = [Bool](repeating: false, count: outgoing.count)
-        var unbegunRequestSeen = false
-        for (i, m) in outgoing.enumerated() {
-            let unbegunRequest = m.message.type == .request && !m.begun
-            eligible[i] = sendable(m) && !(unbegunRequest && unbegunRequestSeen)
-            if unbegunRequest { unbegunRequestSeen = true }
-        }
-        var index: Int?
-        if let urgent = outgoing.indices.first(where: { outgoing[$0].isUrgent && eligible[$0] }) {
-            index = urgent
+        // Urgent messages first (in queue order), then normal ones round-robin. Requests must
+        // *start* in number order (the receiver rejects anything else): only the first queued
+        // request is eligible, in the slot after the last of `outgoing`.
+        let headIndex = queuedHead < queuedRequests.count ? queuedHead : nil
+        let headSendable = headIndex.map { h in queuedRequests[h].map { sendable($0) } ?? false } ?? false
+        let headUrgent = headIndex.map { h in queuedRequests[h]?.isUrgent ?? false } ?? false
+        let queuedSlot = outgoing.count
+        var pick: Int?
+        if let urgent = outgoing.indices.first(where: { outgoing[$0].isUrgent && sendable(outgoing[$0]) }) {
+            pick = urgent
+        } else if headSendable && headUrgent {
+            pick = queuedSlot
         } else {
-            for step in 0..<outgoing.count {
-                let i = (roundRobin + step) % outgoing.count
-                if eligible[i] { index = i; break }
+            let slots = outgoing.count + 1
+            for step in 0..<slots {
+                let i = (roundRobin + step) % slots
+                if i == queuedSlot ? headSendable : sendable(outgoing[i]) { pick = i; break }
             }
         }
-        guard let i = index else { return nil }
-        let urgentWaiting = !outgoing[i].isUrgent && outgoing.contains { $0.isUrgent }
+        guard let i = pick else { return nil }
+        // Moved out (not copied), so a streamed body's buffer is trimmed in place.
+        let fromQueue = i == queuedSlot
+        guard var m = fromQueue ? popQueuedRequest() : outgoing.remove(at: i) else { return nil }
+        let urgentWaiting = !m.isUrgent && (queuedUrgent > 0 || outgoing.contains { $0.isUrgent })
         let frameSize = urgentWaiting ? tuning.urgentFrameSize : tuning.maxFrameSize
-        var m = outgoing[i]
         let sourceFinished = m.streamID.map { outStreams[$0]?.finished ?? true } ?? true
         do {
             let (frame, counted) = try encoder.nextFrame(type: m.message.type, number: m.message.number,
@@ -409,15 +574,20 @@ public actor BLIPConnection {
                     waiter.resume(returning: true)
                 }
             }
-            if sourceFinished && m.offset >= m.content.count {
-                if let id = m.streamID { outStreams[id] = nil }
-                outgoing.remove(at: i)
-                roundRobin = outgoing.isEmpty ? 0 : i % outgoing.count
+            let done = sourceFinished && m.offset >= m.content.count
+            if done, let id = m.streamID { outStreams[id] = nil }
+            let streamed = m.streamID != nil
+            if fromQueue {
+                // A begun request joins the round-robin at its end; the next turn starts over.
+                if !done { outgoing.append(m) }
+                roundRobin = 0
+            } else if done {
+                roundRobin = i  // the message after it moved up
             } else {
-                outgoing[i] = m
-                roundRobin = (i + 1) % outgoing.count
+                outgoing.insert(m, at: i)
+                roundRobin = i + 1
             }
-            if m.streamID != nil { updateOutboundStatistics() }
+            if streamed { updateOutboundStatistics() }
             return frame
         } catch {
             Task { await self.finish(.error(error), code: 1011, reason: error.message) }
@@ -534,10 +704,10 @@ public actor BLIPConnection {
                     let message = BLIPMessage(type: .request, number: number, flags: partial.flags,
                                               properties: partial.properties, body: partial.body)
                     requestQueue?.yield(BLIPRequest(message: message))
-                } else if let pending = pendingResponses.removeValue(forKey: number) {
+                } else if let pending = pendingResponses.removeValue(forKey: number), let continuation = pending.continuation {
                     let message = BLIPMessage(type: pending.type, number: number, flags: pending.flags,
                                               properties: pending.properties, body: pending.body)
-                    pending.continuation.resume(returning: message)
+                    continuation.resume(returning: message)
                 }
             }
         }
@@ -679,8 +849,11 @@ public actor BLIPConnection {
         guard closeReason == nil else { return }
         closeReason = reason
         let error = Self.error(for: reason)
-        for (_, pending) in pendingResponses { pending.continuation.resume(throwing: error) }
+        for (_, pending) in pendingResponses { pending.continuation?.resume(throwing: error) }
         pendingResponses.removeAll()
+        deadlines.removeAll()
+        watchdog?.cancel()
+        watchdog = nil
         for (_, head) in streamHeads { head.continuation.resume(throwing: error) }
         streamHeads.removeAll()
         let unfinished = reason == .normal

@@ -9,6 +9,13 @@ enum Varint {
         out.append(UInt8(v))
     }
 
+    /// How many bytes `append` writes for `value`.
+    static func size(of value: UInt64) -> Int {
+        var v = value, n = 1
+        while v >= 0x80 { v >>= 7; n += 1 }
+        return n
+    }
+
     static func encode(_ value: UInt64) -> [UInt8] {
         var out: [UInt8] = []
         append(value, to: &out)

@@ -41,14 +41,18 @@ let syncFlushTrailer: [UInt8] = [0x00, 0x00, 0xFF, 0xFF]
 /// Not thread-safe: owned by the connection's outbound path, which serializes use.
 final class Deflater {
     private let stream: UnsafeMutablePointer<z_stream>
+    /// Output buffer reused by every frame (grown when a frame needs more).
+    private var scratch: UnsafeMutableBufferPointer<UInt8>
 
     init(level: Int32 = 6) throws(PeerSyncError) {
         stream = .allocate(capacity: 1)
         stream.initialize(to: z_stream())
+        scratch = .allocate(capacity: 16 * 1024)
         do {
             _ = try checkZlib(peersync_deflateInit2(stream, level, -15, 9), "deflateInit2", stream: stream)
         } catch {
             stream.deallocate()
+            scratch.deallocate()
             throw error
         }
     }
@@ -56,37 +60,52 @@ final class Deflater {
     deinit {
         deflateEnd(stream)
         stream.deallocate()
+        scratch.deallocate()
     }
 
     /// Compresses `input` with a sync flush and returns the output without the 00 00 FF FF
     /// trailer.
     func compress(_ input: ArraySlice<UInt8>) throws(PeerSyncError) -> [UInt8] {
-        var output = [UInt8](repeating: 0, count: input.count + input.count / 100 + 64)
+        var out: [UInt8] = []
+        try compress(input, appendingTo: &out)
+        return out
+    }
+
+    /// Compresses `input` with a sync flush and appends the output, without the 00 00 FF FF
+    /// trailer, to `out` (no intermediate array).
+    func compress(_ input: ArraySlice<UInt8>, appendingTo out: inout [UInt8]) throws(PeerSyncError) {
+        let bound = input.count + input.count / 100 + 64
+        if scratch.count < bound { grow(to: bound, keeping: 0) }
         var produced = 0
-        var input = Array(input)
-        try input.withUnsafeMutableBufferPointer { (inBuf) throws(PeerSyncError) in
-            stream.pointee.next_in = inBuf.baseAddress
+        try input.withUnsafeBufferPointer { (inBuf) throws(PeerSyncError) in
+            stream.pointee.next_in = inBuf.baseAddress.map { UnsafeMutablePointer(mutating: $0) }
             stream.pointee.avail_in = UInt32(inBuf.count)
+            defer { stream.pointee.next_in = nil }
             while true {
-                if produced == output.count { output.append(contentsOf: repeatElement(0, count: 1024)) }
-                let code: Int32 = output.withUnsafeMutableBufferPointer { outBuf in
-                    stream.pointee.next_out = outBuf.baseAddress! + produced
-                    stream.pointee.avail_out = UInt32(outBuf.count - produced)
-                    let result = deflate(stream, Z_SYNC_FLUSH)
-                    produced = outBuf.count - Int(stream.pointee.avail_out)
-                    return result
-                }
-                _ = try checkZlib(code, "deflate", stream: stream)
+                if produced == scratch.count { grow(to: scratch.count * 2, keeping: produced) }
+                guard let base = scratch.baseAddress else { throw PeerSyncError(.internalError, "deflate has no buffer") }
+                stream.pointee.next_out = base + produced
+                stream.pointee.avail_out = UInt32(scratch.count - produced)
+                let result = deflate(stream, Z_SYNC_FLUSH)
+                produced = scratch.count - Int(stream.pointee.avail_out)
+                _ = try checkZlib(result, "deflate", stream: stream)
                 if stream.pointee.avail_in == 0 && stream.pointee.avail_out > 0 { break }
             }
-            stream.pointee.next_in = nil
         }
-        output.removeSubrange(produced...)
-        guard output.count >= 4, Array(output.suffix(4)) == syncFlushTrailer else {
+        guard produced >= 4, scratch[produced - 4] == 0x00, scratch[produced - 3] == 0x00,
+              scratch[produced - 2] == 0xFF, scratch[produced - 1] == 0xFF else {
             throw PeerSyncError(.internalError, "deflate output did not end with a sync-flush marker")
         }
-        output.removeLast(4)
-        return output
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[0..<(produced - 4)]))
+    }
+
+    private func grow(to count: Int, keeping: Int) {
+        let bigger = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max(count, scratch.count))
+        if keeping > 0, let from = scratch.baseAddress, let to = bigger.baseAddress {
+            to.update(from: from, count: keeping)
+        }
+        scratch.deallocate()
+        scratch = bigger
     }
 }
 
@@ -96,15 +115,20 @@ final class Inflater {
     private let stream: UnsafeMutablePointer<z_stream>
     /// Upper bound on the bytes one frame may inflate to (guards against deflate bombs).
     let maxOutput: Int
+    /// Input (payload + trailer) and output buffers reused by every frame.
+    private var input: [UInt8] = []
+    private var scratch: UnsafeMutableBufferPointer<UInt8>
 
     init(maxOutput: Int) throws(PeerSyncError) {
         self.maxOutput = maxOutput
         stream = .allocate(capacity: 1)
         stream.initialize(to: z_stream())
+        scratch = .allocate(capacity: min(maxOutput, 16 * 1024))
         do {
             _ = try checkZlib(peersync_inflateInit2(stream, -15), "inflateInit2", stream: stream)
         } catch {
             stream.deallocate()
+            scratch.deallocate()
             throw error
         }
     }
@@ -112,32 +136,32 @@ final class Inflater {
     deinit {
         inflateEnd(stream)
         stream.deallocate()
+        scratch.deallocate()
     }
 
     /// Inflates one frame's payload (the trailer is added here).
     func decompress(_ payload: ArraySlice<UInt8>) throws(PeerSyncError) -> [UInt8] {
-        var input = Array(payload)
+        input.removeAll(keepingCapacity: true)
+        input.append(contentsOf: payload)
         input.append(contentsOf: syncFlushTrailer)
-        var output = [UInt8](repeating: 0, count: max(256, min(maxOutput, payload.count * 4)))
         var produced = 0
         try input.withUnsafeMutableBufferPointer { (inBuf) throws(PeerSyncError) in
             stream.pointee.next_in = inBuf.baseAddress
             stream.pointee.avail_in = UInt32(inBuf.count)
+            defer { stream.pointee.next_in = nil }
             while true {
-                if produced == output.count {
-                    guard output.count < maxOutput else {
+                if produced == scratch.count {
+                    guard scratch.count < maxOutput else {
                         throw PeerSyncError(.blipProtocolError, "compressed frame inflates beyond \(maxOutput) bytes")
                     }
-                    output.append(contentsOf: repeatElement(0, count: min(output.count, maxOutput - output.count)))
+                    grow(to: min(scratch.count * 2, maxOutput), keeping: produced)
                 }
-                let code: Int32 = output.withUnsafeMutableBufferPointer { outBuf in
-                    stream.pointee.next_out = outBuf.baseAddress! + produced
-                    stream.pointee.avail_out = UInt32(outBuf.count - produced)
-                    let result = inflate(stream, Z_SYNC_FLUSH)
-                    produced = outBuf.count - Int(stream.pointee.avail_out)
-                    return result
-                }
-                let checked = try checkZlib(code, "inflate", stream: stream)
+                guard let base = scratch.baseAddress else { throw PeerSyncError(.internalError, "inflate has no buffer") }
+                stream.pointee.next_out = base + produced
+                stream.pointee.avail_out = UInt32(scratch.count - produced)
+                let result = inflate(stream, Z_SYNC_FLUSH)
+                produced = scratch.count - Int(stream.pointee.avail_out)
+                let checked = try checkZlib(result, "inflate", stream: stream)
                 if checked == Z_STREAM_END {
                     throw PeerSyncError(.blipProtocolError, "deflate stream ended (BLIP streams never finish)")
                 }
@@ -146,9 +170,16 @@ final class Inflater {
                     throw PeerSyncError(.blipProtocolError, "truncated compressed frame")
                 }
             }
-            stream.pointee.next_in = nil
         }
-        output.removeSubrange(produced...)
-        return output
+        return Array(UnsafeBufferPointer(rebasing: scratch[0..<produced]))
+    }
+
+    private func grow(to count: Int, keeping: Int) {
+        let bigger = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max(count, scratch.count))
+        if keeping > 0, let from = scratch.baseAddress, let to = bigger.baseAddress {
+            to.update(from: from, count: keeping)
+        }
+        scratch.deallocate()
+        scratch = bigger
     }
 }

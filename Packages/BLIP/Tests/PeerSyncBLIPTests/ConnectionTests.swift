@@ -173,4 +173,43 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         // The server closed the link, so the client saw the stream end.
         #expect(await client.waitUntilClosed() == .normal)
     }
+
+    @Test func replyTimeoutAndCancellationDropTheLateResponse() async throws {
+        let (client, server, _, _) = try await connected()
+        let (release, releaser) = AsyncStream<Void>.makeStream()
+        let gate = Mutex<AsyncStream<Void>?>(release)
+        await server.setHandler(profile: "slow", concurrent: true) { _ in
+            if let stream = gate.withLock({ g in defer { g = nil }; return g }) {
+                for await _ in stream { break }
+            }
+            return BLIPMessage(type: .response, body: Array("late".utf8))
+        }
+        await server.setHandler(profile: "echo") { request in BLIPMessage(type: .response, body: request.body) }
+        await client.start()
+        await server.start()
+
+        // No answer within the limit: `.timeout`, naming what was awaited.
+        do {
+            _ = try await client.sendRequest(.request("slow"), timeout: .milliseconds(100), waitingFor: "slow thing")
+            Issue.record("expected a timeout")
+        } catch let error as PeerSyncError {
+            #expect(error.code == .timeout && error.context["waitingFor"] == "slow thing")
+        }
+        // The late response is dropped; the connection goes on.
+        releaser.yield()
+        let reply = try await client.sendRequest(.request("echo", body: [7]), timeout: .seconds(30), waitingFor: "echo")
+        #expect(reply.body == [7])
+        #expect(await client.isClosed == false)
+
+        // Cancelling the caller ends its wait at once (the handler never answers this one).
+        let (never, _) = AsyncStream<Void>.makeStream()
+        gate.withLock { $0 = never }
+        let waiting = Task { try await client.sendRequest(.request("slow"), timeout: .seconds(60), waitingFor: "slow") }
+        try await Task.sleep(for: .milliseconds(50))
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await waiting.value }
+        let again = try await client.sendRequest(.request("echo", body: [8]), timeout: .seconds(30), waitingFor: "echo")
+        #expect(again.body == [8])
+        await client.close()
+    }
 }

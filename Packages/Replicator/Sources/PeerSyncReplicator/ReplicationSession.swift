@@ -157,8 +157,8 @@ actor ReplicationSession {
 
     func send(_ message: BLIPMessage, _ what: String) async throws -> BLIPMessage {
         if message.profile == "rev", !sentBlobDigests.isEmpty { return try await sendRevAwaitingBlobs(message, what) }
-        let blip = self.blip
-        return try await withTimeout(replyTimeout, what) { try await blip.sendRequest(message) }
+        // The connection's one reply watchdog: no task, timer or lock per request.
+        return try await blip.sendRequest(message, timeout: replyTimeout, waitingFor: what)
     }
 
     func collectionProperty(_ index: Int) -> BLIPProperties {
