@@ -12,6 +12,8 @@ public final class DatabaseTransaction {
     private let writer: any StorageWriter
     private let database: Database
     private var isValid = true
+    /// Collections found to exist in this transaction (checked once, not per operation).
+    private var checked = CheckedCollections()
 
     init(writer: any StorageWriter, database: Database) {
         self.writer = writer
@@ -20,13 +22,13 @@ public final class DatabaseTransaction {
 
     func invalidate() { isValid = false }
 
-    private func engine(_ collection: Collection) throws(PeerSyncError) -> DocumentEngine {
+    private func engine(_ collection: Collection) throws -> DocumentEngine {
         guard isValid else { throw PeerSyncError(.closed, "the batch has ended") }
         guard collection.database === database else {
             throw PeerSyncError(.invalidArgument, "collection belongs to another database",
                                 context: ["collection": collection.fullName])
         }
-        return collection.engine
+        return try checked.engine(collection.engine, writer)
     }
 
     /// The current revision of a document, or nil if missing or deleted.

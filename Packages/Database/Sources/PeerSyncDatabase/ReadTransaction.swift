@@ -61,6 +61,12 @@ public struct RevisionBodyData: Sendable, Hashable {
 }
 
 extension DocumentEngine {
+    /// False only when canonical JSON `bytes` certainly reference no blob (no `"digest"`
+    /// key anywhere): the full tree walk of ``referencesBlobs(_:)`` can be skipped.
+    static func mayReferenceBlobs(_ canonical: [UInt8]) -> Bool {
+        RevisionBodyData.containsDigestKey(canonical)
+    }
+
     /// The tree and the raw stored body of `revisionID` (the current revision when nil) in
     /// one record read; nil when the document does not exist. The body is nil when the
     /// revision is unknown or its body was dropped.
@@ -104,6 +110,8 @@ public final class DatabaseReadTransaction {
     private let reader: any StorageReader
     private let database: Database
     private var isValid = true
+    /// Collections found to exist in this transaction (checked once, not per read).
+    private var checked = CheckedCollections()
 
     init(reader: any StorageReader, database: Database) {
         self.reader = reader
@@ -112,13 +120,13 @@ public final class DatabaseReadTransaction {
 
     func invalidate() { isValid = false }
 
-    private func engine(_ collection: Collection) throws(PeerSyncError) -> DocumentEngine {
+    private func engine(_ collection: Collection) throws -> DocumentEngine {
         guard isValid else { throw PeerSyncError(.closed, "the read batch has ended") }
         guard collection.database === database else {
             throw PeerSyncError(.invalidArgument, "collection belongs to another database",
                                 context: ["collection": collection.fullName])
         }
-        return collection.engine
+        return try checked.engine(collection.engine, reader)
     }
 
     /// The current revision of a document, or nil if missing or deleted.
@@ -175,5 +183,22 @@ extension Collection {
     public func revisionBodyData(docID: String, revID: RevisionID) async throws -> RevisionBodyData? {
         let engine = self.engine
         return try await database.read { try engine.revisionBodyData(id: docID, revisionID: revID, $0) }
+    }
+}
+
+/// The collections a batch has already found in its transaction: their engines skip the
+/// per-operation existence check (collections are not created or deleted inside a batch).
+struct CheckedCollections {
+    private var specs: Set<CollectionSpec> = []
+
+    mutating func engine(_ engine: DocumentEngine, _ reader: any StorageReader) throws -> DocumentEngine {
+        var engine = engine
+        let key = engine.spec
+        if !specs.contains(key) {
+            try engine.requireCollection(reader)
+            specs.insert(key)
+        }
+        engine.collectionChecked = true
+        return engine
     }
 }

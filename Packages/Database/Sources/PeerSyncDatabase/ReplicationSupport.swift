@@ -121,7 +121,8 @@ extension DocumentEngine {
         let insertion: RevTree.HistoryInsertion
         do {
             insertion = try tree.insertHistory(revID: revisionID, history: history, body: canonical, deleted: deleted,
-                                               hasAttachments: DocumentEngine.referencesBlobs(.object(body)),
+                                               hasAttachments: DocumentEngine.mayReferenceBlobs(canonical)
+                                                   && DocumentEngine.referencesBlobs(.object(body)),
                                                allowConflict: allowConflict, markConflict: true)
         } catch {
             throw error.with("docID", id).with(spec)

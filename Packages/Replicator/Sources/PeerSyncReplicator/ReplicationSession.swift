@@ -813,7 +813,7 @@ actor ReplicationSession {
         let offset = proposed ? 0 : 1
         let ids = entries.compactMap { $0.arrayValue.flatMap { $0.count > offset ? $0[offset].stringValue : nil } }
         let collection = sc.collection
-        let trees = try await database.inBatch { txn in
+        let trees = try await database.inReadBatch { txn in
             var out: [String: DocumentRevisions] = [:]
             for id in Set(ids) where !id.isEmpty && id.utf8.count <= 255 {
                 if let revs = try txn.revisions(of: id, in: collection) { out[id] = revs }
