@@ -73,6 +73,19 @@ public final class DatabaseTransaction {
                                                deleted: deleted, allowConflict: allowConflict, writer)
     }
 
+    /// Like ``insertRevision(docID:revID:history:body:deleted:in:allowConflict:)``, also
+    /// returning the document's revision tree as written (what ``revisions(of:in:)`` would
+    /// read next) without reading it again; the tree is nil when nothing was added.
+    public func insertRevisionReturningRevisions(docID: String, revID: RevisionID, history: [RevisionID],
+                                                 body: [String: JSONValue], deleted: Bool, in collection: Collection,
+                                                 allowConflict: Bool = true) throws
+        -> (result: InsertResult, revisions: DocumentRevisions?) {
+        let (result, revisions) = try engine(collection).insertRevision(
+            id: docID, revisionID: revID, history: history, body: body, deleted: deleted,
+            allowConflict: allowConflict, readBack: true, writer)
+        return (result, revisions)
+    }
+
     /// Like ``Collection/revisions(of:)``.
     public func revisions(of docID: String, in collection: Collection) throws -> DocumentRevisions? {
         try engine(collection).revisions(of: docID, writer)

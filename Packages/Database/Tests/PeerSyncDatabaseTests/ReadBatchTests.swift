@@ -87,4 +87,25 @@ import Testing
             }
         }
     }
+
+    @Test(arguments: Backend.available)
+    func insertReturnsTheTreeAsWritten(_ backend: Backend) async throws {
+        try await withDatabase(backend) { db, _ in
+            let c = try db.defaultCollection()
+            try await c.insertRevision(docID: "d", revID: .t(2, "b"), history: [.t(1, "a")], body: ["v": 2], deleted: false)
+            let (first, again) = try await db.inBatch { txn in
+                // A conflicting branch, then the same revision again (nothing added).
+                let branch = try txn.insertRevisionReturningRevisions(docID: "d", revID: .t(2, "c"), history: [.t(1, "a")],
+                                                                      body: ["v": 3], deleted: false, in: c)
+                let same = try txn.insertRevisionReturningRevisions(docID: "d", revID: .t(2, "c"), history: [.t(1, "a")],
+                                                                    body: ["v": 3], deleted: false, in: c)
+                return (branch, same)
+            }
+            #expect(first.result.inserted && first.result.isConflicted)
+            let stored = try await c.revisions(of: "d")
+            #expect(first.revisions != nil && first.revisions == stored)
+            #expect(first.revisions?.isConflicted == true && first.revisions?.leaves.count == 2)
+            #expect(!again.result.inserted && again.revisions == nil)
+        }
+    }
 }
