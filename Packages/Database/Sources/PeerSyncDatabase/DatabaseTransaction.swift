@@ -12,6 +12,8 @@ public final class DatabaseTransaction {
     private let writer: any StorageWriter
     private let database: Database
     private var isValid = true
+    /// Collections found to exist in this transaction (checked once, not per operation).
+    private var checked = CheckedCollections()
 
     init(writer: any StorageWriter, database: Database) {
         self.writer = writer
@@ -20,13 +22,13 @@ public final class DatabaseTransaction {
 
     func invalidate() { isValid = false }
 
-    private func engine(_ collection: Collection) throws(PeerSyncError) -> DocumentEngine {
+    private func engine(_ collection: Collection) throws -> DocumentEngine {
         guard isValid else { throw PeerSyncError(.closed, "the batch has ended") }
         guard collection.database === database else {
             throw PeerSyncError(.invalidArgument, "collection belongs to another database",
                                 context: ["collection": collection.fullName])
         }
-        return collection.engine
+        return try checked.engine(collection.engine, writer)
     }
 
     /// The current revision of a document, or nil if missing or deleted.
@@ -69,6 +71,19 @@ public final class DatabaseTransaction {
                                allowConflict: Bool = true) throws -> InsertResult {
         try engine(collection).insertRevision(id: docID, revisionID: revID, history: history, body: body,
                                                deleted: deleted, allowConflict: allowConflict, writer)
+    }
+
+    /// Like ``insertRevision(docID:revID:history:body:deleted:in:allowConflict:)``, also
+    /// returning the document's revision tree as written (what ``revisions(of:in:)`` would
+    /// read next) without reading it again; the tree is nil when nothing was added.
+    public func insertRevisionReturningRevisions(docID: String, revID: RevisionID, history: [RevisionID],
+                                                 body: [String: JSONValue], deleted: Bool, in collection: Collection,
+                                                 allowConflict: Bool = true) throws
+        -> (result: InsertResult, revisions: DocumentRevisions?) {
+        let (result, revisions) = try engine(collection).insertRevision(
+            id: docID, revisionID: revID, history: history, body: body, deleted: deleted,
+            allowConflict: allowConflict, readBack: true, writer)
+        return (result, revisions)
     }
 
     /// Like ``Collection/revisions(of:)``.

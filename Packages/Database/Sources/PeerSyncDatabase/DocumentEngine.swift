@@ -16,6 +16,9 @@ struct DocumentEngine {
     let maxRevTreeDepth: Int
     let maxBodySize: Int
     let blobStore: BlobStore
+    /// Set by a batch that already checked, in its own transaction, that the collection
+    /// exists: ``requireCollection(_:)`` then skips its metadata read (one per operation).
+    var collectionChecked = false
 
     /// How many generations below each leaf keep their bodies (for delta sync).
     static let ancestorBodyDepth = 1
@@ -25,6 +28,7 @@ struct DocumentEngine {
     // MARK: Reading
 
     func requireCollection(_ reader: any StorageReader) throws {
+        if collectionChecked { return }
         guard try reader.get(spec.metaKey, in: Meta.keyspace) != nil else {
             throw PeerSyncError(.notFound, "collection does not exist").with(spec)
         }

@@ -86,7 +86,11 @@ extension DocumentEngine {
     func revisions(of id: String, _ reader: any StorageReader) throws -> DocumentRevisions? {
         try requireCollection(reader)
         guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
-        let tree = try loadTree(record)
+        return DocumentEngine.documentRevisions(try loadTree(record), docID: id, sequence: record.sequence)
+    }
+
+    /// The public view of a revision tree (nil for an empty tree).
+    static func documentRevisions(_ tree: RevTree, docID: String, sequence: UInt64) -> DocumentRevisions? {
         guard let winner = tree.winner else { return nil }
         let order = tree.nodes.indices.sorted { RevTree.sortsBefore(tree[$0], tree[$1]) }
         let infos = order.map { i in
@@ -94,7 +98,7 @@ extension DocumentEngine {
             return RevisionInfo(revID: node.revID, parentRevID: node.parent.map { tree[$0].revID },
                                 flags: node.flags, hasBody: node.body != nil)
         }
-        return DocumentRevisions(docID: id, sequence: record.sequence, currentRevID: winner.revID,
+        return DocumentRevisions(docID: docID, sequence: sequence, currentRevID: winner.revID,
                                  isDeleted: winner.isDeleted, isConflicted: tree.hasConflict, revisions: infos)
     }
 
@@ -108,6 +112,14 @@ extension DocumentEngine {
 
     func insertRevision(id: String, revisionID: RevisionID, history: [RevisionID], body: [String: JSONValue],
                         deleted: Bool, allowConflict: Bool, _ writer: any StorageWriter) throws -> InsertResult {
+        try insertRevision(id: id, revisionID: revisionID, history: history, body: body, deleted: deleted,
+                           allowConflict: allowConflict, readBack: false, writer).0
+    }
+
+    /// `readBack`: also return the tree as written (nil when nothing was added).
+    func insertRevision(id: String, revisionID: RevisionID, history: [RevisionID], body: [String: JSONValue],
+                        deleted: Bool, allowConflict: Bool, readBack: Bool,
+                        _ writer: any StorageWriter) throws -> (InsertResult, DocumentRevisions?) {
         try requireCollection(writer)
         try validateID(id)
         // Far beyond any real history; keeps every later generation printable and parseable.
@@ -121,7 +133,8 @@ extension DocumentEngine {
         let insertion: RevTree.HistoryInsertion
         do {
             insertion = try tree.insertHistory(revID: revisionID, history: history, body: canonical, deleted: deleted,
-                                               hasAttachments: DocumentEngine.referencesBlobs(.object(body)),
+                                               hasAttachments: DocumentEngine.mayReferenceBlobs(canonical)
+                                                   && DocumentEngine.referencesBlobs(.object(body)),
                                                allowConflict: allowConflict, markConflict: true)
         } catch {
             throw error.with("docID", id).with(spec)
@@ -133,9 +146,11 @@ extension DocumentEngine {
         guard let winner = tree.winner else {
             throw PeerSyncError(.internalError, "revision tree is empty after an insertion", context: ["docID": id]).with(spec)
         }
-        return InsertResult(revID: revisionID, added: insertion.added, sequence: sequence,
-                            currentRevID: winner.revID, isConflicted: tree.hasConflict,
-                            commonAncestorIndex: insertion.commonAncestor)
+        let result = InsertResult(revID: revisionID, added: insertion.added, sequence: sequence,
+                                  currentRevID: winner.revID, isConflicted: tree.hasConflict,
+                                  commonAncestorIndex: insertion.commonAncestor)
+        guard readBack, let sequence else { return (result, nil) }
+        return (result, DocumentEngine.documentRevisions(tree, docID: id, sequence: sequence))
     }
 
     func resolveConflict(id: String, winning: RevisionID, losing: RevisionID, mergedBody: [String: JSONValue]?,

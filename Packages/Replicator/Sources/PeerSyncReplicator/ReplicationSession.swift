@@ -459,7 +459,7 @@ actor ReplicationSession {
                              serverRev: remoteRevs[index]?[c.docID], sequence: c.sequence)
             // The serverRevID must be an ancestor of what is proposed; when the peer's
             // revision is on a branch closed locally, its tombstone goes first.
-            if let known = p.serverRev, let revs = try await sc.collection.revisions(of: c.docID),
+            if let known = p.serverRev, let revs = try await prefetchedOrRead(prefetched[c.docID], sc, c.docID),
                !(revs.history(of: c.revID) ?? []).contains(known) {
                 p = try await resolvePushConflict(sc: sc, p, serverRev: known)
                     ?? Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted, serverRev: nil, sequence: c.sequence)
@@ -542,6 +542,13 @@ actor ReplicationSession {
         return failed
     }
 
+    /// The revision tree read with the batch, or read now when the batch did not have it.
+    private func prefetchedOrRead(_ prefetched: Prefetched?, _ sc: SessionCollection, _ docID: String) async throws
+        -> DocumentRevisions? {
+        if let prefetched { return prefetched.revisions }
+        return try await sc.collection.revisions(of: docID)
+    }
+
     /// After a 409 naming the peer's current revision: the next proposal that can make
     /// progress, or nil if only pulling can (a real conflict).
     private func resolvePushConflict(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
@@ -607,26 +614,22 @@ actor ReplicationSession {
     /// needs of a document, read for a whole batch of changes at once.
     struct Prefetched: Sendable {
         let revisions: DocumentRevisions
-        /// The current revision's body; nil when the document is deleted.
-        let currentBody: [String: JSONValue]?
+        /// The current revision's stored body (tombstones included), not parsed; nil when
+        /// it is not stored.
+        let currentBody: RevisionBodyData?
     }
 
-    /// The revision trees and current bodies of `docIDs`, read in ONE transaction rather than
-    /// two database round trips per document. `inBatch` is the public API that runs several
-    /// reads in one transaction; nothing is written (committing an empty transaction does no I/O).
-    /// Documents that no longer exist are absent from the result.
+    /// The revision trees and stored current bodies of `docIDs`, read in ONE read transaction
+    /// (a snapshot; `inReadBatch`) rather than two database round trips per document, and one
+    /// record read per document. Documents that no longer exist are absent from the result.
     private func prefetch(_ sc: SessionCollection, _ docIDs: [String]) async throws -> [String: Prefetched] {
         let collection = sc.collection
         let ids = Array(Set(docIDs))
-        return try await database.inBatch { txn in
+        return try await database.inReadBatch { txn in
             var out: [String: Prefetched] = [:]
+            out.reserveCapacity(ids.count)
             for id in ids {
-                guard let revs = try txn.revisions(of: id, in: collection) else { continue }
-                var body: [String: JSONValue]?
-                if !revs.isDeleted, let doc = try txn.document(id: id, in: collection),
-                   doc.revisionID == revs.currentRevID.description {
-                    body = doc.properties
-                }
+                guard let (revs, body) = try txn.revisionsAndBody(of: id, in: collection) else { continue }
                 out[id] = Prefetched(revisions: revs, currentBody: body)
             }
             return out
@@ -649,15 +652,19 @@ actor ReplicationSession {
         props["id"] = docID
         props["rev"] = revID.description
         props["sequence"] = sequence
-        var revs: DocumentRevisions?, body: [String: JSONValue]?
-        if let prefetched, prefetched.revisions.currentRevID == revID, let current = prefetched.currentBody {
+        var revs: DocumentRevisions?, stored: RevisionBodyData?
+        if let prefetched, prefetched.revisions.currentRevID == revID, let current = prefetched.currentBody,
+           current.revID == revID {
             revs = prefetched.revisions
-            body = current
+            stored = current
         } else {
-            revs = try await sc.collection.revisions(of: docID)
-            body = try await sc.collection.revisionBody(docID: docID, revID: revID)
+            let database = self.database, collection = sc.collection
+            (revs, stored) = try await database.inReadBatch { txn in
+                let read = try txn.revisionsAndBody(of: docID, revID: revID, in: collection)
+                return (read?.revisions, read?.body)
+            }
         }
-        guard let revs, let info = revs.revision(revID), var body else {
+        guard let revs, let info = revs.revision(revID), let stored else {
             props["error"] = "404"
             props["reason"] = "revision no longer available"
             try await blip.sendNoReply(.request("norev", properties: props))
@@ -676,14 +683,27 @@ actor ReplicationSession {
         if !history.isEmpty { props["history"] = history.map(\.description).joined(separator: ",") }
         if info.isDeleted { props["deleted"] = "1" }
         if noConflicts { props["noconflicts"] = "1" }
-        noteSentBlobs(body)
-        let legacy = LegacyAttachments.sendsLegacyForm(body, peerSupportsBlobs: !legacyAttachments)
-        if legacy { body = LegacyAttachments.encode(body, revpos: revID.generation) }
-        let full = JSONValue.object(body).json
+        // The stored canonical JSON goes as it is (the same bytes `JSONValue.object(body).json`
+        // gives); it is parsed only when the bytes may reference blobs (blob scan, legacy
+        // `_attachments` form) or for a delta against a base the peer has.
+        var full = stored.data
+        var parsed: [String: JSONValue]?
+        var legacy = false
+        if stored.mayReferenceBlobs {
+            var body = try stored.properties()
+            noteSentBlobs(body)
+            legacy = LegacyAttachments.sendsLegacyForm(body, peerSupportsBlobs: !legacyAttachments)
+            if legacy {
+                body = LegacyAttachments.encode(body, revpos: revID.generation)
+                full = JSONValue.object(body).json
+            }
+            parsed = body
+        }
         var reply: BLIPMessage
         if deltas, role == .active || enableDeltaSync, !info.isDeleted, full.count >= Self.minDeltaBodySize,
-           let (base, delta) = try await deltaBody(sc: sc, docID: docID, revs: revs, body: body, bodySize: full.count,
-                                                   known: known, legacyAttachments: legacy) {
+           known.contains(where: { revs.revision($0).map { !$0.isDeleted && $0.hasBody } ?? false }),
+           let (base, delta) = try await deltaBody(sc: sc, docID: docID, revs: revs, body: parsed ?? stored.properties(),
+                                                  bodySize: full.count, known: known, legacyAttachments: legacy) {
             var deltaProps = props
             deltaProps["deltaSrc"] = base.description
             reply = try await send(.request("rev", properties: deltaProps, body: delta, flags: [.compressed]), "rev")
@@ -805,7 +825,7 @@ actor ReplicationSession {
         let offset = proposed ? 0 : 1
         let ids = entries.compactMap { $0.arrayValue.flatMap { $0.count > offset ? $0[offset].stringValue : nil } }
         let collection = sc.collection
-        let trees = try await database.inBatch { txn in
+        let trees = try await database.inReadBatch { txn in
             var out: [String: DocumentRevisions] = [:]
             for id in Set(ids) where !id.isEmpty && id.utf8.count <= 255 {
                 if let revs = try txn.revisions(of: id, in: collection) { out[id] = revs }

@@ -291,6 +291,8 @@ public final class Replicator: Sendable {
 
     private func notifyDocuments(_ event: DocumentReplication) {
         let listeners = state.withLock { Array($0.documentListeners.values) }
+        // Per document on a pull: no dispatch (a thread wake-up) when nobody listens.
+        guard !listeners.isEmpty else { return }
         queue.async { for l in listeners { l(event) } }
     }
 

@@ -86,10 +86,16 @@ actor RevisionInserter {
                }) {
                 return .deletionConflict
             }
+            if r.readBack {
+                // The tree as written, without reading the record again.
+                let (result, revs) = try txn.insertRevisionReturningRevisions(
+                    docID: r.docID, revID: r.revID, history: r.history, body: r.body, deleted: r.deleted,
+                    in: r.collection, allowConflict: r.allowConflict)
+                return .inserted(result, revs)
+            }
             let result = try txn.insertRevision(docID: r.docID, revID: r.revID, history: r.history, body: r.body,
                                                 deleted: r.deleted, in: r.collection, allowConflict: r.allowConflict)
-            let revs = r.readBack && result.inserted ? try txn.revisions(of: r.docID, in: r.collection) : nil
-            return .inserted(result, revs)
+            return .inserted(result, nil)
         } catch let error as PeerSyncError where documentErrors.contains(error.code) {
             return .refused(error)
         }

@@ -1,0 +1,204 @@
+import PeerSyncCore
+import PeerSyncStorage
+
+/// The stored body of one revision exactly as the storage holds it: canonical JSON (sorted
+/// keys, no whitespace; ``JSONValue/canonicalData`` of the body), read without parsing.
+/// A replicator sends these bytes as they are.
+public struct RevisionBodyData: Sendable, Hashable {
+    /// The revision the body belongs to.
+    public let revID: RevisionID
+    /// Whether the revision is a deletion.
+    public let isDeleted: Bool
+    /// The canonical JSON of the body (`{}` for an empty body). Never parsed by the read.
+    public let data: [UInt8]
+    /// False only when the body certainly references no blob: the revision is not flagged
+    /// as having attachments AND the bytes contain no `"digest"` key (every blob reference,
+    /// `@type: blob` or legacy `_attachments` entry, has one). True means "parse and look".
+    public let mayReferenceBlobs: Bool
+
+    init(revID: RevisionID, isDeleted: Bool, data: [UInt8], flaggedAttachments: Bool) {
+        self.revID = revID
+        self.isDeleted = isDeleted
+        self.data = data.isEmpty ? Array("{}".utf8) : data
+        self.mayReferenceBlobs = flaggedAttachments || RevisionBodyData.containsDigestKey(self.data)
+    }
+
+    /// The body parsed (throws `.corrupt` if the stored bytes are not a JSON object).
+    public func properties() throws -> [String: JSONValue] {
+        let value: JSONValue
+        do { value = try JSONValue(parsing: data) } catch {
+            throw PeerSyncError(.corrupt, "stored document body is not valid JSON: \(error.message)")
+        }
+        guard let object = value.objectValue else {
+            throw PeerSyncError(.corrupt, "stored document body is not a JSON object")
+        }
+        return object
+    }
+
+    private static let digestKey = Array("\"digest\"".utf8)
+
+    /// Whether `bytes` contain `"digest"` (a plain byte search; canonical JSON never
+    /// escapes plain ASCII letters, so a `digest` key always appears literally).
+    static func containsDigestKey(_ bytes: [UInt8]) -> Bool {
+        let needle = digestKey
+        let n = needle.count
+        guard bytes.count >= n else { return false }
+        return bytes.withUnsafeBufferPointer { hay -> Bool in
+            var i = 0
+            let last = hay.count - n
+            while i <= last {
+                // `"digest"`: look for the `d` after a quote, then compare the rest.
+                if hay[i] == 0x22, hay[i + 1] == 0x64 {
+                    var j = 2
+                    while j < n, hay[i + j] == needle[j] { j += 1 }
+                    if j == n { return true }
+                }
+                i += 1
+            }
+            return false
+        }
+    }
+}
+
+extension DocumentEngine {
+    /// False only when canonical JSON `bytes` certainly reference no blob (no `"digest"`
+    /// key anywhere): the full tree walk of ``referencesBlobs(_:)`` can be skipped.
+    static func mayReferenceBlobs(_ canonical: [UInt8]) -> Bool {
+        RevisionBodyData.containsDigestKey(canonical)
+    }
+
+    /// The tree and the raw stored body of `revisionID` (the current revision when nil) in
+    /// one record read; nil when the document does not exist. The body is nil when the
+    /// revision is unknown or its body was dropped.
+    func revisionsAndBody(of id: String, revisionID: RevisionID?, _ reader: any StorageReader) throws
+        -> (DocumentRevisions, RevisionBodyData?)? {
+        try requireCollection(reader)
+        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
+        let tree = try loadTree(record)
+        guard let winner = tree.winner else { return nil }
+        let order = tree.nodes.indices.sorted { RevTree.sortsBefore(tree[$0], tree[$1]) }
+        let infos = order.map { i in
+            let node = tree[i]
+            return RevisionInfo(revID: node.revID, parentRevID: node.parent.map { tree[$0].revID },
+                                flags: node.flags, hasBody: node.body != nil)
+        }
+        let revisions = DocumentRevisions(docID: id, sequence: record.sequence, currentRevID: winner.revID,
+                                          isDeleted: winner.isDeleted, isConflicted: tree.hasConflict, revisions: infos)
+        var body: RevisionBodyData?
+        let index: Int?
+        if let revisionID { index = tree.index(of: revisionID) } else { index = tree.winnerIndex }
+        if let index, let bytes = tree[index].body {
+            let node = tree[index]
+            body = RevisionBodyData(revID: node.revID, isDeleted: node.isDeleted, data: bytes,
+                                    flaggedAttachments: node.flags.contains(.hasAttachments))
+        }
+        return (revisions, body)
+    }
+
+    func revisionBodyData(id: String, revisionID: RevisionID, _ reader: any StorageReader) throws -> RevisionBodyData? {
+        try revisionsAndBody(of: id, revisionID: revisionID, reader)?.1
+    }
+}
+
+/// The synchronous read operations available inside ``Database/inReadBatch(_:)``: they all
+/// run in ONE storage read transaction (a consistent snapshot; nothing can be written).
+/// Use it to read many documents with one trip to the database queue.
+///
+/// Valid only during the closure it is passed to; afterwards every method throws `.closed`.
+/// Not `Sendable`: use it only on the thread that runs the closure (the database queue).
+public final class DatabaseReadTransaction {
+    private let reader: any StorageReader
+    private let database: Database
+    private var isValid = true
+    /// Collections found to exist in this transaction (checked once, not per read).
+    private var checked = CheckedCollections()
+
+    init(reader: any StorageReader, database: Database) {
+        self.reader = reader
+        self.database = database
+    }
+
+    func invalidate() { isValid = false }
+
+    private func engine(_ collection: Collection) throws -> DocumentEngine {
+        guard isValid else { throw PeerSyncError(.closed, "the read batch has ended") }
+        guard collection.database === database else {
+            throw PeerSyncError(.invalidArgument, "collection belongs to another database",
+                                context: ["collection": collection.fullName])
+        }
+        return try checked.engine(collection.engine, reader)
+    }
+
+    /// The current revision of a document, or nil if missing or deleted.
+    public func document(id: String, in collection: Collection) throws -> Document? {
+        try engine(collection).document(id: id, reader)
+    }
+
+    /// Like ``Collection/revisions(of:)``.
+    public func revisions(of docID: String, in collection: Collection) throws -> DocumentRevisions? {
+        try engine(collection).revisions(of: docID, reader)
+    }
+
+    /// Like ``Collection/revisionBody(docID:revID:)``.
+    public func revisionBody(docID: String, revID: RevisionID, in collection: Collection) throws -> [String: JSONValue]? {
+        try engine(collection).revisionBody(id: docID, revisionID: revID, reader)
+    }
+
+    /// Like ``Collection/revisionBodyData(docID:revID:)``: the stored bytes, not parsed.
+    public func revisionBodyData(docID: String, revID: RevisionID, in collection: Collection) throws -> RevisionBodyData? {
+        try engine(collection).revisionBodyData(id: docID, revisionID: revID, reader)
+    }
+
+    /// The document's revision tree and the stored (unparsed) body of `revID` — of the current
+    /// revision, tombstones included, when `revID` is nil — from one record read. Nil when the
+    /// document does not exist; the body is nil when that revision is unknown or its body
+    /// was dropped.
+    public func revisionsAndBody(of docID: String, revID: RevisionID? = nil, in collection: Collection) throws
+        -> (revisions: DocumentRevisions, body: RevisionBodyData?)? {
+        guard let (revs, body) = try engine(collection).revisionsAndBody(of: docID, revisionID: revID, reader) else {
+            return nil
+        }
+        return (revs, body)
+    }
+}
+
+extension Database {
+    /// Runs `body` in one storage READ transaction (a snapshot; unlike ``inBatch(_:)`` no
+    /// write transaction is opened, nothing is committed and listeners are not polled).
+    /// `body` runs on the database queue: keep it short and do not await in it. Errors it
+    /// throws are rethrown.
+    public func inReadBatch<R: Sendable>(_ body: sending @escaping (DatabaseReadTransaction) throws -> R) async throws -> R {
+        let box = UncheckedBox(body)
+        return try await read { reader in
+            let transaction = DatabaseReadTransaction(reader: reader, database: self)
+            defer { transaction.invalidate() }
+            return try box.value(transaction)
+        }
+    }
+}
+
+extension Collection {
+    /// The stored body of one revision as canonical JSON bytes, not parsed (nil if the
+    /// revision is unknown or its body was dropped). See ``RevisionBodyData``.
+    public func revisionBodyData(docID: String, revID: RevisionID) async throws -> RevisionBodyData? {
+        let engine = self.engine
+        return try await database.read { try engine.revisionBodyData(id: docID, revisionID: revID, $0) }
+    }
+}
+
+/// The collections a batch has already found in its transaction: their engines skip the
+/// per-operation existence check (collections are not created or deleted inside a batch).
+struct CheckedCollections {
+    private var specs: Set<CollectionSpec> = []
+
+    mutating func engine(_ engine: DocumentEngine, _ reader: any StorageReader) throws -> DocumentEngine {
+        var engine = engine
+        let key = engine.spec
+        if !specs.contains(key) {
+            try engine.requireCollection(reader)
+            specs.insert(key)
+        }
+        engine.collectionChecked = true
+        return engine
+    }
+}
