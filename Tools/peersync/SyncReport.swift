@@ -20,8 +20,9 @@ import Synchronization
 final class SyncReport: Sendable {
     private struct State {
         var decided: [String: String] = [:]   // docID → outcome, waiting for the pull event
-        var pushed: Set<String> = []
-        var pulled: Set<String> = []
+        // Counts, not sets of IDs: memory must not grow with the number of documents.
+        var pushed = 0
+        var pulled = 0
         var resolved = 0
         var unresolved = 0
         var stopped = false
@@ -47,10 +48,10 @@ final class SyncReport: Sendable {
         state.withLock { s in
             for doc in event.documents {
                 if event.isPush {
-                    if doc.error == nil { s.pushed.insert(doc.id) }
+                    if doc.error == nil { s.pushed += 1 }
                     continue
                 }
-                if doc.error == nil { s.pulled.insert(doc.id) }
+                if doc.error == nil { s.pulled += 1 }
                 guard let outcome = s.decided.removeValue(forKey: doc.id) else { continue }
                 if let error = doc.error {
                     s.unresolved += 1
@@ -98,7 +99,7 @@ final class SyncReport: Sendable {
     /// `sync complete: pushed P, pulled Q documents, N conflicts resolved`.
     var summary: String {
         state.withLock { s in
-            var line = "sync complete: pushed \(s.pushed.count), pulled \(s.pulled.count) documents, "
+            var line = "sync complete: pushed \(s.pushed), pulled \(s.pulled) documents, "
                 + "\(s.resolved) conflict\(s.resolved == 1 ? "" : "s") resolved"
             if s.unresolved > 0 { line += ", \(s.unresolved) not resolved" }
             return line

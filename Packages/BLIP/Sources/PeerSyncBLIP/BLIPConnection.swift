@@ -267,6 +267,21 @@ public actor BLIPConnection {
         }
     }
 
+    /// Drops answered (or abandoned) requests from the front of the deadline queues. Responses
+    /// mostly come in request order, so each queue then holds about the requests still
+    /// waiting; without this, answered entries would pile up until the watchdog next wakes
+    /// (the oldest waiting deadline, up to a whole timeout later): memory growing with the
+    /// request rate × the timeout.
+    private func trimAnsweredDeadlines() {
+        var i = deadlines.values.startIndex
+        while i != deadlines.values.endIndex {
+            while let first = deadlines.values[i].first, pendingResponses[first.number]?.continuation == nil {
+                deadlines.values[i].removeFirst()
+            }
+            deadlines.values.formIndex(after: &i)
+        }
+    }
+
     /// Times out the expired requests; returns the next deadline to check, or nil (and ends
     /// the watchdog) when no request waits with one.
     private func expireDeadlines() -> ContinuousClock.Instant? {
@@ -708,6 +723,7 @@ public actor BLIPConnection {
                     let message = BLIPMessage(type: pending.type, number: number, flags: pending.flags,
                                               properties: pending.properties, body: pending.body)
                     continuation.resume(returning: message)
+                    trimAnsweredDeadlines()
                 }
             }
         }
