@@ -267,6 +267,9 @@ public actor BLIPConnection {
         }
     }
 
+    /// How many reply deadlines are held (for tests: it must not grow with answered requests).
+    var heldDeadlineCount: Int { deadlines.values.reduce(0) { $0 + $1.entries.count - $1.head } }
+
     /// Drops answered (or abandoned) requests from the front of the deadline queues. Responses
     /// mostly come in request order, so each queue then holds about the requests still
     /// waiting; without this, answered entries would pile up until the watchdog next wakes

@@ -174,6 +174,22 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         #expect(await client.waitUntilClosed() == .normal)
     }
 
+    /// Answered requests leave the reply-deadline queue as their responses arrive, not when
+    /// the watchdog next wakes (a whole timeout later): memory must not grow with the number
+    /// of requests sent within one timeout.
+    @Test func answeredRequestsDoNotAccumulateDeadlines() async throws {
+        let (client, server, _, _) = try await connected()
+        await server.setHandler(profile: "echo") { request in BLIPMessage(type: .response, body: request.body) }
+        await client.start()
+        await server.start()
+        for i in 0..<2_000 {
+            let reply = try await client.sendRequest(.request("echo", body: [UInt8(i & 0xFF)]), timeout: .seconds(60), waitingFor: "echo")
+            #expect(reply.body == [UInt8(i & 0xFF)])
+        }
+        #expect(await client.heldDeadlineCount == 0)
+        await client.close()
+    }
+
     @Test func replyTimeoutAndCancellationDropTheLateResponse() async throws {
         let (client, server, _, _) = try await connected()
         let (release, releaser) = AsyncStream<Void>.makeStream()
