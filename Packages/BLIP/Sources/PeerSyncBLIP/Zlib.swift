@@ -100,12 +100,7 @@ final class Deflater {
     }
 
     private func grow(to count: Int, keeping: Int) {
-        let bigger = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max(count, scratch.count))
-        if keeping > 0, let from = scratch.baseAddress, let to = bigger.baseAddress {
-            to.update(from: from, count: keeping)
-        }
-        scratch.deallocate()
-        scratch = bigger
+        scratch = scratch.grown(to: count, keeping: keeping)
     }
 }
 
@@ -175,11 +170,19 @@ final class Inflater {
     }
 
     private func grow(to count: Int, keeping: Int) {
-        let bigger = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max(count, scratch.count))
-        if keeping > 0, let from = scratch.baseAddress, let to = bigger.baseAddress {
+        scratch = scratch.grown(to: count, keeping: keeping)
+    }
+}
+
+extension UnsafeMutableBufferPointer<UInt8> {
+    /// A buffer of at least `count` bytes holding the first `keeping` bytes of this one, which
+    /// is deallocated (the scratch buffers of ``Deflater`` and ``Inflater``).
+    fileprivate func grown(to count: Int, keeping: Int) -> UnsafeMutableBufferPointer<UInt8> {
+        let bigger = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: Swift.max(count, self.count))
+        if keeping > 0, let from = baseAddress, let to = bigger.baseAddress {
             to.update(from: from, count: keeping)
         }
-        scratch.deallocate()
-        scratch = bigger
+        deallocate()
+        return bigger
     }
 }

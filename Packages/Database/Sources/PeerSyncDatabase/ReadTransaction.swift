@@ -75,15 +75,7 @@ extension DocumentEngine {
         try requireCollection(reader)
         guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
         let tree = try loadTree(record)
-        guard let winner = tree.winner else { return nil }
-        let order = tree.nodes.indices.sorted { RevTree.sortsBefore(tree[$0], tree[$1]) }
-        let infos = order.map { i in
-            let node = tree[i]
-            return RevisionInfo(revID: node.revID, parentRevID: node.parent.map { tree[$0].revID },
-                                flags: node.flags, hasBody: node.body != nil)
-        }
-        let revisions = DocumentRevisions(docID: id, sequence: record.sequence, currentRevID: winner.revID,
-                                          isDeleted: winner.isDeleted, isConflicted: tree.hasConflict, revisions: infos)
+        guard let revisions = DocumentEngine.documentRevisions(tree, docID: id, sequence: record.sequence) else { return nil }
         var body: RevisionBodyData?
         let index: Int?
         if let revisionID { index = tree.index(of: revisionID) } else { index = tree.winnerIndex }
