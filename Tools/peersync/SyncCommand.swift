@@ -17,7 +17,7 @@ import Synchronization
 /// or a permanent error (exit 1). Progress goes to stderr when it is a terminal; with
 /// `--verbose`, activity changes are printed as lines on stderr. On stdout: one line per
 /// resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
-/// success, one summary line `sync complete: pushed P, pulled Q documents, N conflicts resolved`
+/// success, one summary line `sync complete: pushed P, pulled Q revisions, N conflicts resolved`
 /// (see ``SyncReport``). A failed run prints nothing on stdout but conflict lines.
 ///
 /// Hidden option for `peersync bench sync` (not in the usage text): `--stats-json` prints,

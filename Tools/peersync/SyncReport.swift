@@ -7,7 +7,9 @@ import Synchronization
 /// What `peersync sync` prints on stdout: one line per conflict as soon as it is resolved
 /// (`conflict on task-2 resolved (merge): merged local 2-3ddfcb89 and remote 2-9a036455`) and,
 /// when the replication completed, one summary line
-/// (`sync complete: pushed 2, pulled 1 documents, 1 conflict resolved`).
+/// (`sync complete: pushed 2, pulled 1 revisions, 1 conflict resolved`: document revisions
+/// transferred without error — a resolved conflict also pushes the tombstone that closes the
+/// losing branch, so one document may count twice).
 ///
 /// Conflicts are detected where they are resolved: the configured resolver is wrapped
 /// (``ReportingConflictResolver``) and records its decision; the line is printed when the
@@ -96,10 +98,10 @@ final class SyncReport: Sendable {
         timeout.cancel()
     }
 
-    /// `sync complete: pushed P, pulled Q documents, N conflicts resolved`.
+    /// `sync complete: pushed P, pulled Q revisions, N conflicts resolved`.
     var summary: String {
         state.withLock { s in
-            var line = "sync complete: pushed \(s.pushed), pulled \(s.pulled) documents, "
+            var line = "sync complete: pushed \(s.pushed), pulled \(s.pulled) revisions, "
                 + "\(s.resolved) conflict\(s.resolved == 1 ? "" : "s") resolved"
             if s.unresolved > 0 { line += ", \(s.unresolved) not resolved" }
             return line
