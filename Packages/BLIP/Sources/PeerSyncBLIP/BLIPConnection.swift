@@ -159,16 +159,7 @@ public actor BLIPConnection {
         var head = 0
         var isEmpty: Bool { head == entries.count }
         var first: (number: UInt64, deadline: ContinuousClock.Instant, what: String)? { isEmpty ? nil : entries[head] }
-        mutating func removeFirst() {
-            head += 1
-            if head == entries.count {
-                entries.removeAll(keepingCapacity: true)
-                head = 0
-            } else if head >= 1024, head * 2 >= entries.count {
-                entries.removeFirst(head)
-                head = 0
-            }
-        }
+        mutating func removeFirst() { advanceHead(&entries, &head) }
     }
 
     public init(channel: any BLIPFrameChannel, tuning: BLIPTuning = BLIPTuning()) throws {
@@ -432,14 +423,7 @@ public actor BLIPConnection {
     private func popQueuedRequest() -> Outgoing? {
         guard queuedHead < queuedRequests.count, let m = queuedRequests[queuedHead] else { return nil }
         queuedRequests[queuedHead] = nil
-        queuedHead += 1
-        if queuedHead == queuedRequests.count {
-            queuedRequests.removeAll(keepingCapacity: true)
-            queuedHead = 0
-        } else if queuedHead >= 1024, queuedHead * 2 >= queuedRequests.count {
-            queuedRequests.removeFirst(queuedHead)
-            queuedHead = 0
-        }
+        advanceHead(&queuedRequests, &queuedHead)
         if m.isUrgent { queuedUrgent -= 1 }
         return m
     }
@@ -905,5 +889,19 @@ public actor BLIPConnection {
     private static func wrap(_ error: any Error, _ what: String) -> PeerSyncError {
         if let e = error as? PeerSyncError { return e }
         return PeerSyncError(.io, "\(what) failed: \(error)")
+    }
+}
+
+/// Takes the element at `head` off the front of a head-indexed FIFO: advances `head` and
+/// compacts `array` once everything is taken, or once the taken prefix is at least half of a
+/// large array (amortised O(1) per element, no shifting on every pop).
+func advanceHead<Element>(_ array: inout [Element], _ head: inout Int) {
+    head += 1
+    if head == array.count {
+        array.removeAll(keepingCapacity: true)
+        head = 0
+    } else if head >= 1024, head * 2 >= array.count {
+        array.removeFirst(head)
+        head = 0
     }
 }

@@ -170,12 +170,10 @@ extension Collection {
                                   _ listener: @escaping @Sendable (CollectionChange) -> Void) -> ListenerToken {
         let target = queue ?? database.notificationQueue
         let spec = self.spec
-        let token = database.notifier.add(.init(spec: spec, docID: nil, deliver: { database, ids in
+        return addNotifierListener(docID: nil) { database, ids in
             let change = CollectionChange(collection: database.makeCollection(spec), documentIDs: ids)
             target.async { listener(change) }
-        }, finish: nil))
-        database.schedulePoll()
-        return token
+        }
     }
 
     /// Calls `listener` whenever the document `id` changes (see ``addChangeListener(queue:_:)``).
@@ -184,10 +182,17 @@ extension Collection {
                                           _ listener: @escaping @Sendable (DocumentChange) -> Void) -> ListenerToken {
         let target = queue ?? database.notificationQueue
         let spec = self.spec
-        let token = database.notifier.add(.init(spec: spec, docID: id, deliver: { database, _ in
+        return addNotifierListener(docID: id) { database, _ in
             let change = DocumentChange(collection: database.makeCollection(spec), documentID: id)
             target.async { listener(change) }
-        }, finish: nil))
+        }
+    }
+
+    /// Registers `deliver` for the changes of this collection (or only of document `docID`)
+    /// with the notifier and starts polling for changes; `finish` runs when the database closes.
+    private func addNotifierListener(docID: String?, finish: (@Sendable () -> Void)? = nil,
+                                     _ deliver: @escaping @Sendable (Database, [String]) -> Void) -> ListenerToken {
+        let token = database.notifier.add(.init(spec: spec, docID: docID, deliver: deliver, finish: finish))
         database.schedulePoll()
         return token
     }
@@ -197,11 +202,10 @@ extension Collection {
     public func changeStream() -> AsyncStream<CollectionChange> {
         let (stream, continuation) = AsyncStream.makeStream(of: CollectionChange.self)
         let spec = self.spec
-        let token = database.notifier.add(.init(spec: spec, docID: nil, deliver: { database, ids in
+        let token = addNotifierListener(docID: nil, finish: { continuation.finish() }) { database, ids in
             continuation.yield(CollectionChange(collection: database.makeCollection(spec), documentIDs: ids))
-        }, finish: { continuation.finish() }))
+        }
         continuation.onTermination = { _ in token.remove() }
-        database.schedulePoll()
         return stream
     }
 
@@ -212,11 +216,10 @@ extension Collection {
     public func documentChangeStream(id: String) -> AsyncStream<DocumentChange> {
         let (stream, continuation) = AsyncStream.makeStream(of: DocumentChange.self)
         let spec = self.spec
-        let token = database.notifier.add(.init(spec: spec, docID: id, deliver: { database, _ in
+        let token = addNotifierListener(docID: id, finish: { continuation.finish() }) { database, _ in
             continuation.yield(DocumentChange(collection: database.makeCollection(spec), documentID: id))
-        }, finish: { continuation.finish() }))
+        }
         continuation.onTermination = { _ in token.remove() }
-        database.schedulePoll()
         return stream
     }
 }

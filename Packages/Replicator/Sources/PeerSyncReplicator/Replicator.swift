@@ -199,24 +199,24 @@ public final class Replicator: Sendable {
 
     @discardableResult
     public func addChangeListener(_ listener: @escaping @Sendable (ReplicatorChange) -> Void) -> ReplicatorListenerToken {
-        let id = state.withLock { s in
-            let id = s.nextID
-            s.nextID += 1
-            s.statusListeners[id] = listener
-            return id
-        }
-        return ReplicatorListenerToken { [weak self] in _ = self?.state.withLock { $0.statusListeners.removeValue(forKey: id) } }
+        addListener(listener, at: \.statusListeners)
     }
 
     @discardableResult
     public func addDocumentReplicationListener(_ listener: @escaping @Sendable (DocumentReplication) -> Void) -> ReplicatorListenerToken {
+        addListener(listener, at: \.documentListeners)
+    }
+
+    /// Stores `listener` under a new ID in the table at `table`; the token removes it.
+    private func addListener<Listener: Sendable>(_ listener: Listener,
+                                                 at table: WritableKeyPath<State, [UInt64: Listener]> & Sendable) -> ReplicatorListenerToken {
         let id = state.withLock { s in
             let id = s.nextID
             s.nextID += 1
-            s.documentListeners[id] = listener
+            s[keyPath: table][id] = listener
             return id
         }
-        return ReplicatorListenerToken { [weak self] in _ = self?.state.withLock { $0.documentListeners.removeValue(forKey: id) } }
+        return ReplicatorListenerToken { [weak self] in _ = self?.state.withLock { $0[keyPath: table].removeValue(forKey: id) } }
     }
 
     /// Status changes as an async stream (ends when the consumer stops iterating).
