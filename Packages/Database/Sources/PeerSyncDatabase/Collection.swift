@@ -245,13 +245,19 @@ extension Collection {
                  blobStore: database.blobStore)
     }
 
-    /// Closes a conflict without purging anything (the replicator's convergent resolution):
-    /// the losing leaf, if given and live, gets a tombstone child (its ID computed from its
-    /// parent, so every peer closing the same conflict makes the same revision), both branches
-    /// stop being flagged as conflicts, and with `mergedBody` a new revision (a tombstone if
-    /// `mergedDeleted`) is added as a child of the winning revision. With `losing` nil, only
-    /// the conflict flag of the winning branch is cleared. Returns the new current revision.
-    /// Throws `.invalidArgument` unless the revisions are (distinct) leaves.
+    /// Closes a conflict without purging anything (the replicator's resolution, Couchbase
+    /// Lite's rule): the losing leaf, if given, is closed — a live one gets a tombstone child
+    /// flagged ``RevisionFlags/closed``, a deleted one is flagged closed itself — so it never
+    /// becomes the current revision again and is never replicated; both branches stop being
+    /// flagged as conflicts; and with `mergedBody` a new revision (a tombstone if
+    /// `mergedDeleted`) is added as a child of the winning revision. The replicator always
+    /// passes the *remote* revision as the winner, so what it pushes afterwards is a plain
+    /// fast-forward for the peer. A winning revision that was closed here earlier (a peer
+    /// still has it as its current revision) is reopened first: the closed leaves directly
+    /// under it, which never left this database, are removed. With `losing` nil, only the
+    /// conflict flag of the winning branch is cleared. Returns the new current revision.
+    /// Throws `.invalidArgument` unless the losing revision is another leaf and the winning
+    /// one is a leaf (after reopening) or gets `mergedBody` as a child.
     @discardableResult
     public func closeConflict(docID: String, winningRevisionID: RevisionID, losingRevisionID: RevisionID?,
                               mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {

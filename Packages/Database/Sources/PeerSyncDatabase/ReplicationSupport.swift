@@ -195,8 +195,10 @@ extension DocumentEngine {
             throw PeerSyncError(.notFound, "document does not exist", context: ["docID": id]).with(spec)
         }
         var tree = try loadTree(record)
-        guard let w = tree.index(of: winning), tree[w].isLeaf else {
-            throw PeerSyncError(.invalidArgument, "the winning revision must be a leaf",
+        // A winner on a branch closed here earlier (the peer still has it as its current
+        // revision) is reopened: the local-only tombstone closing it goes.
+        guard let w = tree.reopen(winning), tree[w].isLeaf || mergedBody != nil else {
+            throw PeerSyncError(.invalidArgument, "the winning revision must be a leaf (or get a merged child)",
                                 context: ["docID": id, "winning": winning.description]).with(spec)
         }
         if let losing {
@@ -206,9 +208,10 @@ extension DocumentEngine {
             }
             if tree[l].isDeleted {
                 tree.markBranchNotConflict(l)
+                tree.markClosed(l)
             } else {
                 let empty = try validatedBody([:], docID: id)
-                tree.addLocal(parent: l, body: empty, deleted: true, hasAttachments: false)
+                tree.markClosed(tree.addLocal(parent: l, body: empty, deleted: true, hasAttachments: false))
             }
         }
         guard let winnerIndex = tree.index(of: winning) else {

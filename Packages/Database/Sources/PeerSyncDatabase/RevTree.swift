@@ -17,6 +17,10 @@ public struct RevisionFlags: OptionSet, Sendable, Hashable {
     /// Keep this revision's body even when it is no longer a leaf or a recent ancestor
     /// (e.g. the last revision known to a remote peer, the base for delta sync).
     public static let keepBody = RevisionFlags(rawValue: 1 << 4)
+    /// The revision is the tombstone (or deleted leaf) that closed the losing branch of a
+    /// resolved conflict (LiteCore's `kRevClosed`). It stays local: it is never the current
+    /// revision while another leaf exists, so it is never pushed or sent in a pull.
+    public static let closed = RevisionFlags(rawValue: 1 << 5)
 }
 
 /// A document's revision tree (LiteCore's `RevTree`): every known revision with its parent,
@@ -35,6 +39,7 @@ struct RevTree: Sendable, Equatable {
         var isLeaf: Bool { flags.contains(.leaf) }
         var isDeleted: Bool { flags.contains(.deleted) }
         var isConflict: Bool { flags.contains(.conflict) }
+        var isClosed: Bool { flags.contains(.closed) }
         /// A live leaf (LiteCore's `isActive`).
         var isActive: Bool { isLeaf && !isDeleted }
     }
@@ -52,11 +57,13 @@ struct RevTree: Sendable, Equatable {
     subscript(index: Int) -> Node { nodes[index] }
 
     /// Whether `a` sorts before `b` in LiteCore's `compareRevs` order: leaves first,
-    /// non-conflict before conflict, live before deleted, then the higher revision ID.
+    /// non-conflict before conflict, live before deleted, open before closed (the tombstone
+    /// that closed a resolved conflict's losing branch), then the higher revision ID.
     static func sortsBefore(_ a: Node, _ b: Node) -> Bool {
         if a.isLeaf != b.isLeaf { return a.isLeaf }
         if a.isConflict != b.isConflict { return !a.isConflict }
         if a.isDeleted != b.isDeleted { return !a.isDeleted }
+        if a.isClosed != b.isClosed { return !a.isClosed }
         return a.revID > b.revID
     }
 
@@ -122,6 +129,7 @@ struct RevTree: Sendable, Equatable {
         let revID = RevisionID.next(parent: parent.map { nodes[$0].revID }, deleted: deleted, canonicalBody: body)
         if let existing = index(of: revID) {
             markBranchNotConflict(existing)
+            nodes[existing].flags.remove(.closed)
             return existing
         }
         var flags: RevisionFlags = []
@@ -148,8 +156,10 @@ struct RevTree: Sendable, Equatable {
     /// generation older than the previous. Ancestors not in the tree are added without
     /// bodies. With `markConflict`, a revision that starts a branch (its parent is not a leaf,
     /// or is a conflict, or it is a second root) is flagged ``RevisionFlags/conflict`` so the
-    /// current revision stays current. Without `allowConflict`, creating a branch throws
-    /// `.conflict`.
+    /// current revision stays current. Without `allowConflict` (a push received by a passive
+    /// peer), the revision must extend the current revision — or the document must be new —
+    /// otherwise `.conflict` is thrown and nothing changes: a passive peer never lets a push
+    /// create a conflict, not even beside a deleted current revision (Couchbase Lite's rule).
     mutating func insertHistory(revID: RevisionID, history: [RevisionID], body: [UInt8], deleted: Bool,
                                 hasAttachments: Bool, allowConflict: Bool,
                                 markConflict: Bool) throws(PeerSyncError) -> HistoryInsertion {
@@ -172,16 +182,9 @@ struct RevTree: Sendable, Equatable {
         // A branch started while the document is deleted replaces the tombstone: it is not
         // a conflict (the CouchDB/LiteCore rule for recreating a deleted document).
         let winnerDeleted = winner?.isDeleted ?? true
-        if !allowConflict {
-            if let parent {
-                if !nodes[parent].isLeaf && !winnerDeleted {
-                    throw PeerSyncError(.conflict, "revision would create a conflicting branch",
-                                        context: ["revID": revID.description])
-                }
-            } else if let w = winner, !w.isDeleted {
-                throw PeerSyncError(.conflict, "revision history does not contain the current revision",
-                                    context: ["revID": revID.description, "current": w.revID.description])
-            }
+        if !allowConflict, let w = winnerIndex, parent != w {
+            throw PeerSyncError(.conflict, "the revision's parent is not the current revision",
+                                context: ["revID": revID.description, "current": nodes[w].revID.description])
         }
         let top = common?.position ?? chain.count
         var added = 0
@@ -192,7 +195,7 @@ struct RevTree: Sendable, Equatable {
             if isNew && hasAttachments { flags.insert(.hasAttachments) }
             if markConflict && !winnerDeleted {
                 if let p = parent {
-                    if !nodes[p].isLeaf || nodes[p].isConflict { flags.insert(.conflict) }
+                    if !nodes[p].isLeaf || nodes[p].isConflict || nodes[p].isClosed { flags.insert(.conflict) }
                 } else if !nodes.isEmpty {
                     flags.insert(.conflict)
                 }
@@ -202,6 +205,24 @@ struct RevTree: Sendable, Equatable {
         }
         // `parent` now holds the index of the new revision.
         return HistoryInsertion(index: parent ?? 0, added: added, commonAncestor: common?.position)
+    }
+
+    /// Marks the leaf at `index` as the closed end of a resolved conflict's losing branch.
+    mutating func markClosed(_ index: Int) {
+        nodes[index].flags.insert(.closed)
+        nodes[index].flags.remove(.conflict)
+    }
+
+    /// Reopens the revision with this ID for a new resolution: its closed leaf children (the
+    /// local-only ends of resolved branches) are removed, so it may become a leaf again, and
+    /// its own closed flag is cleared. Returns its index afterwards (indices shift).
+    mutating func reopen(_ revID: RevisionID) -> Int? {
+        guard let index = index(of: revID) else { return nil }
+        let closedChildren = nodes.indices.filter { nodes[$0].parent == index && nodes[$0].isLeaf && nodes[$0].isClosed }
+        if !closedChildren.isEmpty { removeNodes(Set(closedChildren)) }
+        guard let reopened = self.index(of: revID) else { return nil }
+        nodes[reopened].flags.remove(.closed)
+        return reopened
     }
 
     /// Clears ``RevisionFlags/conflict`` on `index` and all its ancestors.

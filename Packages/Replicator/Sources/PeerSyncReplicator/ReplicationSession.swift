@@ -26,11 +26,16 @@ struct SessionCollection: Sendable {
 /// and pull: the active side pushes with `proposeChanges` and pulls with `subChanges`; the
 /// passive side answers those and pushes with `changes` when the peer subscribed.
 ///
-/// Conflicts found while pulling go to the collection's resolver (see ``ConflictResolver``);
-/// the passive side never creates conflicts (it answers conflicting pushes with 409, as
-/// LiteCore does). When a proposal is refused with 409 and the local tree shows the peer's
-/// revision as a closed (tombstoned) branch, the tombstone is pushed first and the winner
-/// after it, so resolutions propagate through peers that only accept fast-forwards.
+/// Couchbase Lite's conflict rules (see the Replicator README, "Conflicts"):
+/// - only a document's current revision is pushed or sent in a pull, with its history —
+///   never another leaf, never the tombstone that closed a resolved conflict's losing branch;
+/// - the passive side never lets a push create a conflict: a `proposeChanges` entry whose
+///   parent is not the current revision is answered 409 (with the current revision) in the
+///   reply, and a `rev` whose parent is not current is refused with 409;
+/// - the active side resolves conflicts found while pulling with the collection's resolver
+///   (see ``ConflictResolver``) and saves the result as a child of the *remote* revision,
+///   closing the local branch with a tombstone that stays local; what it pushes next is a
+///   fast-forward for the peer.
 actor ReplicationSession {
     enum Role: Sendable { case active, passive }
 
@@ -66,12 +71,6 @@ actor ReplicationSession {
     /// Revisions known to be on the peer, per collection index and document.
     /// Bounded (see ``RecentMap``): memory stays flat however many documents replicate.
     private var remoteRevs: [Int: RecentMap<RevisionID>] = [:]
-    /// Closed (deleted, non-current) leaves already pushed or known to be on the peer.
-    private var sentLeaves: [Int: RecentSet] = [:]
-    /// Passive: live revisions proposed by a peer that named our current tombstone as its
-    /// `serverRevID` (it saw the deletion and resolved): not a deletion-vs-edit conflict.
-    private var overTombstone: Set<String> = []
-    static func leafKey(_ docID: String, _ rev: RevisionID) -> String { docID + "\n" + rev.description }
     private var pullStates: [Int: PullState] = [:]
     private var closed = false
 
@@ -322,9 +321,10 @@ actor ReplicationSession {
 
     /// Pushes the changes of collection `index` after `since`. Returns when caught up
     /// (one-shot) or when cancelled / the connection closes (continuous). `progress` gets the
-    /// sequence up to which everything was handled.
+    /// sequence up to which everything was handled. `activeOnly` (a `subChanges` property):
+    /// deleted documents are left out.
     func push(index: Int, since start: UInt64, continuous: Bool, mode: PushMode, docIDs: Set<String>?,
-              progress: @escaping @Sendable (UInt64) async -> Void) async throws {
+              activeOnly: Bool = false, progress: @escaping @Sendable (UInt64) async -> Void) async throws {
         guard let sc = indexed[index] else { return }
         let stream = continuous ? sc.collection.changeStream() : nil
         var since = start
@@ -356,21 +356,12 @@ actor ReplicationSession {
                 var candidates: [ChangeEntry] = []
                 for change in changes {
                     if let docIDs, !docIDs.contains(change.docID) { continue }
+                    if activeOnly, change.deleted { continue }
                     if let filter = sc.config.pushFilter {
                         guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
                         if !filter(doc, change.deleted ? .deleted : []) { continue }
                     }
-                    // Closed (tombstoned) branches travel too, before the current revision: a
-                    // conflict resolution that tombstones a branch does not always change the
-                    // current revision, and a peer still holding that branch live must learn it
-                    // was closed, or the peers would pick different winners.
-                    if let revs = prefetched[change.docID]?.revisions, revs.leaves.count > 1 {
-                        for leaf in revs.leaves where leaf.isDeleted && leaf.revID != change.revID
-                            && !(sentLeaves[index]?.contains(Self.leafKey(change.docID, leaf.revID)) ?? false) {
-                            candidates.append(ChangeEntry(docID: change.docID, sequence: change.sequence,
-                                                          revID: leaf.revID, deleted: true))
-                        }
-                    }
+                    // Only the current revision travels (the feed's entry), never another leaf.
                     if remoteRevs[index]?[change.docID] == change.revID { continue }
                     candidates.append(change)
                 }
@@ -445,8 +436,6 @@ actor ReplicationSession {
         var deleted: Bool
         var serverRev: RevisionID?
         var sequence: UInt64
-        /// After this proposal succeeds, propose this one (the winner after its tombstone).
-        var then: RevisionID?
     }
 
     /// Returns the sequences of the changes that failed.
@@ -457,12 +446,11 @@ actor ReplicationSession {
         for c in changes {
             var p = Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted,
                              serverRev: remoteRevs[index]?[c.docID], sequence: c.sequence)
-            // The serverRevID must be an ancestor of what is proposed; when the peer's
-            // revision is on a branch closed locally, its tombstone goes first.
+            // The serverRevID must be an ancestor of what is proposed; a stale one is left
+            // out (the peer then answers 409 with its current revision).
             if let known = p.serverRev, let revs = try await prefetchedOrRead(prefetched[c.docID], sc, c.docID),
                !(revs.history(of: c.revID) ?? []).contains(known) {
-                p = try await resolvePushConflict(sc: sc, p, serverRev: known)
-                    ?? Proposal(docID: c.docID, revID: c.revID, deleted: c.deleted, serverRev: nil, sequence: c.sequence)
+                p.serverRev = nil
             }
             round.append(p)
         }
@@ -487,17 +475,23 @@ actor ReplicationSession {
                 case 0: toSend.append(p)
                 case 304:
                     remoteRevs[index, default: RecentMap()][p.docID] = p.revID
-                    sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
-                    if let then = p.then { next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence)) }
                 case 409:
                     let serverRev = (answer["rev"]?.stringValue).flatMap { try? RevisionID($0) }
-                    if attempts < 4, let serverRev, let fix = try await resolvePushConflict(sc: sc, p, serverRev: serverRev) {
+                    if let serverRev { remoteRevs[index, default: RecentMap()][p.docID] = serverRev }
+                    if attempts < 4, let serverRev, let fix = try await reproposal(sc: sc, p, serverRev: serverRev) {
                         next.append(fix)
-                    } else {
-                        failed.append(p.sequence)
-                        results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName, flags: p.deleted ? .deleted : [],
-                                                          error: PeerSyncError(.conflict, "the peer has a conflicting revision; it is resolved when pulled",
-                                                                               context: ["docID": p.docID, "status": "409"])))
+                        continue
+                    }
+                    if attempts < 4, role == .active, let serverRev,
+                       let fix = try await resolveAgainstPeer(sc: sc, p, serverRev: serverRev) {
+                        next.append(fix)
+                        continue
+                    }
+                    // The sequence is not checkpointed: the next run proposes it again.
+                    failed.append(p.sequence)
+                    if let error = try await pushConflictError(index: index, sc: sc, p, serverRev: serverRev) {
+                        results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName,
+                                                          flags: p.deleted ? .deleted : [], error: error))
                     }
                 default:
                     failed.append(p.sequence)
@@ -526,13 +520,9 @@ actor ReplicationSession {
             for (p, error) in outcomes {
                 if error == nil {
                     remoteRevs[index, default: RecentMap()][p.docID] = p.revID
-                    sentLeaves[index, default: []].insert(Self.leafKey(p.docID, p.revID))
-                    if let then = p.then {
-                        next.append(Proposal(docID: p.docID, revID: then, deleted: false, serverRev: p.revID, sequence: p.sequence))
-                        continue
-                    }
+                } else {
+                    failed.append(p.sequence)
                 }
-                if error != nil { failed.append(p.sequence) }
                 results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName,
                                                   flags: p.deleted ? .deleted : [], error: error))
             }
@@ -549,24 +539,33 @@ actor ReplicationSession {
         return try await sc.collection.revisions(of: docID)
     }
 
-    /// After a 409 naming the peer's current revision: the next proposal that can make
-    /// progress, or nil if only pulling can (a real conflict).
-    private func resolvePushConflict(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
+    /// After a 409 naming the peer's current revision: the proposal again with that revision
+    /// as its parent when our current revision descends from it (our cache of the peer's
+    /// revisions was stale), or nil when it does not: a real conflict, which only pulling and
+    /// resolving (here or on the peer) can settle. Only the current revision is ever proposed.
+    private func reproposal(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
         guard let revs = try await sc.collection.revisions(of: p.docID), revs.revision(serverRev) != nil else { return nil }
         let current = revs.currentRevID
-        if serverRev == current { return nil }
-        if let history = revs.history(of: current), history.contains(serverRev) {
-            return Proposal(docID: p.docID, revID: current, deleted: revs.isDeleted, serverRev: serverRev, sequence: p.sequence)
-        }
-        // The peer's revision is on a branch we closed with a tombstone: push the tombstone,
-        // then the winner (accepted on a deleted document).
-        for leaf in revs.leaves where leaf.isDeleted && leaf.revID != current {
-            if leaf.revID == serverRev || (revs.history(of: leaf.revID) ?? []).contains(serverRev) {
-                return Proposal(docID: p.docID, revID: leaf.revID, deleted: true, serverRev: serverRev,
-                                sequence: p.sequence, then: current)
-            }
-        }
-        return nil
+        guard serverRev != current, let history = revs.history(of: current), history.contains(serverRev) else { return nil }
+        return Proposal(docID: p.docID, revID: current, deleted: revs.isDeleted, serverRev: serverRev, sequence: p.sequence)
+    }
+
+    /// The document error for a proposal the peer refused with 409, or nil when this session
+    /// also pulls the collection and the peer's revision is new here: the pull brings it, the
+    /// resolver settles the conflict, and the resolution is pushed (in a one-shot run, by the
+    /// push that follows the pull) — a transient refusal, not an error. A peer revision that
+    /// is already known here lies on a branch this database resolved away: only a sync in
+    /// which the peer pulls from here (or the peer's own resolution) can settle it, so that
+    /// is reported.
+    private func pushConflictError(index: Int, sc: SessionCollection, _ p: Proposal, serverRev: RevisionID?) async throws
+        -> PeerSyncError? {
+        var known: RevisionInfo?
+        if let serverRev { known = try await sc.collection.revisions(of: p.docID)?.revision(serverRev) }
+        if pullStates[index] != nil, known == nil { return nil }
+        let reason = known != nil
+            ? "the peer's current revision \(serverRev?.description ?? "-") is on a branch this database resolved away; it converges when the peer pulls from this database"
+            : "the peer has a conflicting revision \(serverRev?.description ?? "-"); pull to resolve it"
+        return PeerSyncError(.conflict, reason, context: ["docID": p.docID, "status": "409"])
     }
 
     private func changesBatch(index: Int, sc: SessionCollection, _ changes: [ChangeEntry],
@@ -602,7 +601,6 @@ actor ReplicationSession {
         for (c, error, _) in outcomes {
             if error == nil {
                 remoteRevs[index, default: RecentMap()][c.docID] = c.revID
-                sentLeaves[index, default: []].insert(Self.leafKey(c.docID, c.revID))
             }
             docs.append(ReplicatedDocument(id: c.docID, collection: sc.collection.fullName, flags: c.deleted ? .deleted : [], error: error))
         }
@@ -748,10 +746,12 @@ actor ReplicationSession {
             docIDs = Set(ids.compactMap(\.stringValue))
         }
         _ = sc
+        // Sent by Couchbase Lite when it pulls into an empty database: no tombstones.
+        let activeOnly = request.properties.bool("activeOnly")
         let task = Task {
             do {
                 try await self.push(index: index, since: since, continuous: continuous, mode: .changes,
-                                    docIDs: docIDs, progress: { _ in })
+                                    docIDs: docIDs, activeOnly: activeOnly, progress: { _ in })
             } catch {
                 // The connection ended or the peer failed; the session ends with it.
             }
@@ -818,6 +818,7 @@ actor ReplicationSession {
         }
         if !proposed { setBusy(.pull(index), true) }
         var answers: [JSONValue] = []
+        var behindPeer: [(String, RevisionID)] = []
         var requested = Set<String>()
         var lastSequence: JSONValue = .null
         // Every entry's revision tree, read in one transaction (malformed entries are
@@ -842,11 +843,11 @@ actor ReplicationSession {
             if proposed {
                 let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
                 guard let revs else { answers.append(.int(0)); continue }
-                if revs.revision(revID) != nil { answers.append(.int(304)); continue }
-                if revs.isDeleted, serverRev == revs.currentRevID {
-                    overTombstone.insert(Self.leafKey(docID, revID))
-                }
-                if revs.isDeleted || serverRev == revs.currentRevID {
+                // LiteCore's rule: 304 only for the current revision; only a fast-forward of
+                // the current revision (deleted or not) is accepted; anything else — even a
+                // revision known here on another branch — is refused before the body travels.
+                if revs.currentRevID == revID { answers.append(.int(304)); continue }
+                if serverRev == revs.currentRevID {
                     answers.append(.int(0))
                 } else {
                     answers.append(.object(["status": .int(409), "rev": .string(revs.currentRevID.description)]))
@@ -862,6 +863,10 @@ actor ReplicationSession {
                 if let revs, revs.revision(revID) != nil {
                     answers.append(.int(0))
                     remoteRevs[index, default: RecentMap()][docID] = revID
+                    if role == .active, revID != revs.currentRevID, !(revs.history(of: revs.currentRevID) ?? []).contains(revID) {
+                        // The peer's current revision is on a branch resolved away here.
+                        behindPeer.append((docID, revID))
+                    }
                     continue
                 }
                 var known: [JSONValue] = []
@@ -871,6 +876,16 @@ actor ReplicationSession {
                 }
                 answers.append(.array(known))
                 requested.insert(e[0].canonicalString)
+            }
+        }
+        // Resolve against the peer's current revisions that lie on branches closed here, as
+        // if they had just been pulled, so that this side's next push is a fast-forward.
+        for (docID, revID) in behindPeer {
+            do { _ = try await resolveAgainstPeer(sc: sc, docID: docID, serverRev: revID) } catch {
+                events.documents(DocumentReplication(isPush: false, documents: [
+                    ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: [],
+                                       error: (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")),
+                ]))
             }
         }
         if !proposed {
@@ -967,14 +982,11 @@ actor ReplicationSession {
         }
         // Inserted with the other revisions arriving meanwhile, in one transaction; the reply
         // (returning from this handler) is only sent once that transaction has committed.
-        // Deletion vs edit (passive, no-conflicts push onto a deleted document): the pusher
-        // must pull the tombstone and resolve (deletion wins by default), exactly as an active
-        // peer does when it pulls this revision.
-        let noConflicts = role == .passive && props.bool("noconflicts")
+        // The passive side accepts only a fast-forward of the current revision, whatever the
+        // pusher's `noconflicts` says (a Couchbase Lite listener does the same): the pusher
+        // must pull and resolve.
         let request = RevisionInsert(collection: sc.collection, docID: docID, revID: revID, history: history, body: body,
-                                     deleted: deleted, allowConflict: !noConflicts,
-                                     checkDeletionConflict: noConflicts && !deleted && !overTombstone.contains(Self.leafKey(docID, revID)),
-                                     readBack: role == .active)
+                                     deleted: deleted, allowConflict: role == .active, readBack: role == .active)
         let outcome: RevisionInsertOutcome
         do { outcome = try await inserter.insert(request) } catch let error as PeerSyncError {
             throw blipError("HTTP", 400, error.message)
@@ -982,10 +994,8 @@ actor ReplicationSession {
         let result: InsertResult
         var treeAfter: DocumentRevisions?
         switch outcome {
-        case .deletionConflict:
-            throw blipError("HTTP", 409, "conflict: the document was deleted concurrently")
         case .refused(let error) where error.code == .conflict:
-            throw blipError("HTTP", 409, "conflict")
+            throw blipError("HTTP", 409, "conflict: the revision's parent is not the current revision")
         case .refused(let error):
             throw blipError("HTTP", 400, error.message)
         case .inserted(let inserted, let tree):
@@ -1014,9 +1024,14 @@ actor ReplicationSession {
 
     // MARK: - Conflicts
 
-    /// After inserting a pulled revision: if the document now has two live leaves (or a
-    /// pulled deletion on a branch beside a live local revision), ask the resolver and close
-    /// the conflict.
+    /// After inserting a pulled revision: if it conflicts with the local current revision
+    /// (two branches; or a live revision beside a deletion it does not descend from), ask the
+    /// resolver and save the result the Couchbase Lite way — always on the *remote* branch:
+    /// the remote revision itself when the result has its content (or both are deletions),
+    /// otherwise a new revision, child of the remote one, with the result's body (a tombstone
+    /// when the result is nil). The local branch is closed (a tombstone flagged
+    /// ``RevisionFlags/closed``) and stays local, so pushing the new current revision is a
+    /// fast-forward for the peer.
     /// `tree`: the document's revision tree read right after the insertion, if known (saves
     /// a read in the common case where there is nothing to resolve).
     private func resolveIfConflicted(index: Int, sc: SessionCollection, docID: String, pulled: RevisionID,
@@ -1027,66 +1042,15 @@ actor ReplicationSession {
             let read: DocumentRevisions?
             if let known { read = known } else { read = try await sc.collection.revisions(of: docID) }
             known = nil
-            guard let revs = read else { return }
-            let live = revs.leaves.filter { !$0.isDeleted }
-            if live.isEmpty {
-                // Only tombstones: nothing to resolve, but a conflict flag left on one would
-                // make the current revision depend on arrival order. Clear them all.
-                try await clearTombstoneConflicts(sc: sc, docID: docID, revs)
+            guard let revs = read, let remoteInfo = revs.revision(pulled), remoteInfo.isLeaf else { return }
+            guard let localInfo = Self.conflictingLocal(revs, pulled: remoteInfo) else {
+                if remoteInfo.isConflict {
+                    try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: nil)
+                }
                 return
             }
-            guard let remoteInfo = revs.revision(pulled), remoteInfo.isLeaf else { return }
-            let localInfo: RevisionInfo
-            if remoteInfo.isDeleted {
-                // A pulled deletion on a branch beside a live local revision: deletion vs edit.
-                guard remoteInfo.isConflict, let l = live.first else { return }
-                localInfo = l
-            } else if live.count < 2 {
-                // The pulled revision is the only live leaf: beside a tombstone it is a
-                // deletion-vs-edit conflict unless it recreates the document.
-                let tombstones = revs.leaves.filter { Self.deletionConflicts(live: pulled, tombstone: $0, in: revs) }
-                guard let tombstone = tombstones.max(by: { $0.revID < $1.revID }) else {
-                    if remoteInfo.isConflict {
-                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: nil)
-                    }
-                    return
-                }
-                localInfo = tombstone
-            } else {
-                guard let l = live.first(where: { $0.revID != pulled }) else { return }
-                localInfo = l
-            }
-            let localBody = localInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revID: localInfo.revID)
-            let remoteBody = remoteInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revID: pulled)
-            let local = localBody.flatMap { Self.document(docID: docID, revID: localInfo.revID, body: $0, deleted: false, like: sc) }
-            let remote = remoteBody.flatMap { Self.document(docID: docID, revID: pulled, body: $0, deleted: false, like: sc) }
-            let conflict = Conflict(documentID: docID, localDocument: local, remoteDocument: remote,
-                                    localRevisionID: localInfo.revID, remoteRevisionID: pulled)
-            let resolved = try await sc.resolver.resolve(conflict)
-            let localRev = localInfo.revID
             do {
-                if let resolved {
-                    let props = resolved.properties
-                    if let remoteBody, props == remoteBody, !(resolved is Document && (resolved as? Document)?.revisionID == localRev.description && props != remoteBody) {
-                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev)
-                    } else if let localBody, props == localBody {
-                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: localRev, losingRevisionID: pulled)
-                    } else if remoteBody != nil {
-                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev,
-                                                              mergedBody: props)
-                    } else {
-                        // Remote deleted, resolved to live content: revive on the local branch.
-                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: localRev, losingRevisionID: nil,
-                                                              mergedBody: props)
-                    }
-                } else {
-                    if remoteInfo.isDeleted {
-                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev)
-                    } else {
-                        try await sc.collection.closeConflict(docID: docID, winningRevisionID: pulled, losingRevisionID: localRev,
-                                                              mergedBody: [:], mergedDeleted: true)
-                    }
-                }
+                try await resolve(sc: sc, docID: docID, local: localInfo, remote: remoteInfo, in: revs)
                 return
             } catch let error as PeerSyncError where error.code == .invalidArgument {
                 lastRefusal = error
@@ -1098,30 +1062,90 @@ actor ReplicationSession {
                             + (lastRefusal?.message ?? "the document kept changing"), context: ["docID": docID])
     }
 
-    /// The deletion-vs-edit rule, the same for both roles (Couchbase Lite: deletion wins):
-    /// live revision `live` conflicts with tombstone leaf `tombstone` unless `live`
-    /// recreates the document, i.e. unless a deletion is among its ancestors (`history`,
-    /// parent first, replaces the tree's history for a revision not inserted yet).
-    static func deletionConflicts(live: RevisionID, tombstone: RevisionInfo, in revs: DocumentRevisions,
-                                  history: [RevisionID]? = nil) -> Bool {
-        guard tombstone.isDeleted, tombstone.isLeaf else { return false }
-        let ancestors = history ?? revs.history(of: live) ?? []
-        return !ancestors.contains { revs.revision($0)?.isDeleted == true }
+    /// Asks the resolver about `local` against `remote` and saves the result on the remote
+    /// branch (see ``resolveIfConflicted(index:sc:docID:pulled:tree:)``). `remote` may lie on a
+    /// branch this database closed earlier (the peer still has it as its current revision):
+    /// it is reopened. When the remote body is no longer stored, the local body continues the
+    /// remote branch (local wins). Throws `.invalidArgument` when the document changed meanwhile.
+    private func resolve(sc: SessionCollection, docID: String, local localInfo: RevisionInfo,
+                         remote remoteInfo: RevisionInfo, in revs: DocumentRevisions) async throws {
+        let localRev = localInfo.revID, remoteRev = remoteInfo.revID
+        // Whether the remote revision is a leaf once the closed leaves under it are removed.
+        let remoteIsLeaf = revs.revisions.allSatisfy { $0.parentRevID != remoteRev || ($0.isLeaf && $0.flags.contains(.closed)) }
+        if localInfo.isDeleted && remoteInfo.isDeleted {
+            // Two deletions: nothing to ask; the remote branch continues.
+            try await sc.collection.closeConflict(docID: docID, winningRevisionID: remoteRev, losingRevisionID: localRev,
+                                                  mergedBody: remoteIsLeaf ? nil : [:], mergedDeleted: true)
+            return
+        }
+        let localBody = localInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revID: localRev)
+        let remoteBody = remoteInfo.isDeleted ? nil : try await sc.collection.revisionBody(docID: docID, revID: remoteRev)
+        let resolvedBody: [String: JSONValue]?
+        if !remoteInfo.isDeleted && remoteBody == nil {
+            resolvedBody = localBody
+        } else {
+            let local = localBody.flatMap { Self.document(docID: docID, revID: localRev, body: $0, deleted: false, like: sc) }
+            let remote = remoteBody.flatMap { Self.document(docID: docID, revID: remoteRev, body: $0, deleted: false, like: sc) }
+            let conflict = Conflict(documentID: docID, localDocument: local, remoteDocument: remote,
+                                    localRevisionID: localRev, remoteRevisionID: remoteRev)
+            resolvedBody = try await sc.resolver.resolve(conflict)?.properties
+        }
+        let remoteAsIs = remoteInfo.isDeleted ? resolvedBody == nil : resolvedBody == remoteBody
+        if remoteAsIs && remoteIsLeaf {
+            // The remote revision as it is (its content, or its deletion).
+            try await sc.collection.closeConflict(docID: docID, winningRevisionID: remoteRev, losingRevisionID: localRev)
+        } else {
+            // Local wins, a merge or a deletion: a new revision continues the remote branch.
+            try await sc.collection.closeConflict(docID: docID, winningRevisionID: remoteRev, losingRevisionID: localRev,
+                                                  mergedBody: resolvedBody ?? [:], mergedDeleted: resolvedBody == nil)
+        }
     }
 
-    /// Clears conflict flags on a document whose leaves are all tombstones.
-    private func clearTombstoneConflicts(sc: SessionCollection, docID: String, _ revs: DocumentRevisions) async throws {
-        let leaves = revs.leaves
-        guard leaves.contains(where: \.isConflict),
-              let top = leaves.max(by: { $0.revID < $1.revID }) else { return }
+    /// After a 409 naming a peer revision that is known here but is not an ancestor of the
+    /// current revision (a branch this database resolved away, still current on the peer):
+    /// resolves the current revision against it, as if it had just been pulled, and returns
+    /// the proposal of the new current revision (a fast-forward for the peer); nil when
+    /// there is nothing to resolve this way.
+    private func resolveAgainstPeer(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
+        guard let after = try await resolveAgainstPeer(sc: sc, docID: p.docID, serverRev: serverRev) else { return nil }
+        return Proposal(docID: p.docID, revID: after.currentRevID, deleted: after.isDeleted, serverRev: serverRev,
+                        sequence: p.sequence)
+    }
+
+    /// The resolution of ``resolveAgainstPeer(sc:_:serverRev:)``; returns the document's
+    /// revisions afterwards, or nil when there was nothing to resolve (or it changed meanwhile).
+    private func resolveAgainstPeer(sc: SessionCollection, docID: String, serverRev: RevisionID) async throws
+        -> DocumentRevisions? {
+        guard let revs = try await sc.collection.revisions(of: docID), let remote = revs.revision(serverRev),
+              serverRev != revs.currentRevID, !(revs.history(of: revs.currentRevID) ?? []).contains(serverRev),
+              let local = revs.revision(revs.currentRevID) else { return nil }
         do {
-            for leaf in leaves where leaf.isConflict && leaf.revID != top.revID {
-                try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revID, losingRevisionID: leaf.revID)
-            }
-            try await sc.collection.closeConflict(docID: docID, winningRevisionID: top.revID, losingRevisionID: nil)
+            try await resolve(sc: sc, docID: docID, local: local, remote: remote, in: revs)
         } catch let error as PeerSyncError where error.code == .invalidArgument {
-            // The document changed meanwhile; the insertion that changed it cleans up.
+            return nil
         }
+        return try await sc.collection.revisions(of: docID)
+    }
+
+    /// The local leaf a pulled leaf conflicts with, or nil when there is no conflict: the
+    /// current revision when the pulled one did not become current; when it did, another
+    /// live leaf, or — for a live pulled revision — an open tombstone leaf it does not
+    /// descend from (deletion vs edit). Closed leaves never take part.
+    static func conflictingLocal(_ revs: DocumentRevisions, pulled: RevisionInfo) -> RevisionInfo? {
+        if revs.currentRevID != pulled.revID { return revs.revision(revs.currentRevID) }
+        let open = revs.leaves.filter { $0.revID != pulled.revID && !$0.flags.contains(.closed) }
+        if let live = open.first(where: { !$0.isDeleted }) { return live }
+        guard !pulled.isDeleted else { return nil }
+        return open.filter { deletionConflicts(live: pulled.revID, tombstone: $0, in: revs) }.max { $0.revID < $1.revID }
+    }
+
+    /// The deletion-vs-edit rule, the same for both roles (Couchbase Lite: deletion wins):
+    /// live revision `live` conflicts with tombstone leaf `tombstone` unless `live`
+    /// recreates the document, i.e. unless a deletion is among its ancestors.
+    static func deletionConflicts(live: RevisionID, tombstone: RevisionInfo, in revs: DocumentRevisions) -> Bool {
+        guard tombstone.isDeleted, tombstone.isLeaf else { return false }
+        let ancestors = revs.history(of: live) ?? []
+        return !ancestors.contains { revs.revision($0)?.isDeleted == true }
     }
 
     // MARK: - Blobs

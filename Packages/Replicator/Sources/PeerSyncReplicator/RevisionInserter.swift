@@ -9,19 +9,15 @@ struct RevisionInsert: Sendable {
     let history: [RevisionID]
     let body: [String: JSONValue]
     let deleted: Bool
+    /// False for a push received by the passive side: the revision must extend the
+    /// document's current revision, or it is refused as a conflict.
     let allowConflict: Bool
-    /// Passive, no-conflicts push of a live revision: refuse it when the document's current
-    /// revision is a tombstone it does not descend from (deletion vs edit, see
-    /// ``ReplicationSession/deletionConflicts(live:tombstone:in:history:)``).
-    let checkDeletionConflict: Bool
     /// Also return the document's revision tree after the insertion (for conflict handling).
     let readBack: Bool
 }
 
 enum RevisionInsertOutcome: Sendable {
     case inserted(InsertResult, DocumentRevisions?)
-    /// Refused by the deletion-vs-edit rule; nothing was written.
-    case deletionConflict
     /// Refused for this document only (conflict, invalid body, …); nothing was written.
     case refused(PeerSyncError)
 }
@@ -79,13 +75,6 @@ actor RevisionInserter {
 
     private static func apply(_ r: RevisionInsert, _ txn: DatabaseTransaction) throws -> RevisionInsertOutcome {
         do {
-            if r.checkDeletionConflict, let revs = try txn.revisions(of: r.docID, in: r.collection),
-               revs.isDeleted, revs.revision(r.revID) == nil,
-               revs.leaves.contains(where: {
-                   ReplicationSession.deletionConflicts(live: r.revID, tombstone: $0, in: revs, history: r.history)
-               }) {
-                return .deletionConflict
-            }
             if r.readBack {
                 // The tree as written, without reading the record again.
                 let (result, revs) = try txn.insertRevisionReturningRevisions(
