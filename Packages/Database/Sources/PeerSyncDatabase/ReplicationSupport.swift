@@ -197,8 +197,8 @@ extension DocumentEngine {
         var tree = try loadTree(record)
         // A winner on a branch closed here earlier (the peer still has it as its current
         // revision) is reopened: the local-only tombstone closing it goes.
-        guard let w = tree.reopen(winning), tree[w].isLeaf || mergedBody != nil else {
-            throw PeerSyncError(.invalidArgument, "the winning revision must be a leaf (or get a merged child)",
+        guard let w = tree.reopen(winning), (tree[w].isLeaf && tree[w].body != nil) || mergedBody != nil else {
+            throw PeerSyncError(.invalidArgument, "the winning revision must be a leaf with its body (or get a merged child)",
                                 context: ["docID": id, "winning": winning.description]).with(spec)
         }
         if let losing {

@@ -225,3 +225,70 @@ private func permutations(_ items: [Int]) -> [[Int]] {
     }
     return out
 }
+
+/// Couchbase Lite's conflict rules as the tree implements them (issue: conflicts the
+/// Couchbase Lite way): closed branches never win, a passive peer's no-conflicts insert only
+/// fast-forwards the current revision, and a closed branch can be reopened.
+@Suite struct ClosedBranchTests {
+    /// base 1-a, local 2-b (current), remote 2-z pulled as a conflict.
+    func conflicted() throws -> RevTree {
+        var tree = RevTree()
+        _ = try tree.insertHistory(revID: .t(2, "b"), history: [.t(1, "a")], body: body(#"{"l":1}"#), deleted: false,
+                                   hasAttachments: false, allowConflict: true, markConflict: true)
+        _ = try tree.insertHistory(revID: .t(2, "z"), history: [.t(1, "a")], body: body(#"{"r":1}"#), deleted: false,
+                                   hasAttachments: false, allowConflict: true, markConflict: true)
+        return tree
+    }
+
+    @Test func aClosedLeafNeverWinsOverAnOpenOne() throws {
+        var tree = try conflicted()
+        // Both branches end in deletions; the local one (under 2-b) closes a resolved branch.
+        let closing = tree.addLocal(parent: tree.index(of: .t(2, "b")), body: body("{}"), deleted: true, hasAttachments: false)
+        tree.markClosed(closing)
+        let remoteEnd = tree.addLocal(parent: tree.index(of: .t(2, "z")), body: body("{}"), deleted: true, hasAttachments: false)
+        // Both are deleted leaves of generation 3; whichever has the higher digest, the open one wins.
+        #expect(tree.winnerIndex == remoteEnd)
+        #expect(tree[closing].isClosed && tree[closing].isLeaf)
+        // Whatever the IDs: a closed deleted leaf with the higher ID still sorts after an open one.
+        let high = RevTree.Node(revID: .t(3, "ff"), parent: nil, flags: [.leaf, .deleted, .closed], body: [])
+        let low = RevTree.Node(revID: .t(3, "00"), parent: nil, flags: [.leaf, .deleted], body: [])
+        #expect(RevTree.sortsBefore(low, high) && !RevTree.sortsBefore(high, low))
+        // Encoding keeps the flag.
+        let decoded = try RevTree.decode(tree.encode(), winnerBody: tree.winner?.body ?? [])
+        #expect(decoded == tree)
+    }
+
+    @Test func noConflictsInsertOnlyFastForwardsTheCurrentRevision() throws {
+        var tree = RevTree()
+        let base = tree.addLocal(parent: nil, body: body(#"{"v":0}"#), deleted: false, hasAttachments: false)
+        let baseID = tree[base].revID
+        let tombstone = tree.addLocal(parent: base, body: body("{}"), deleted: true, hasAttachments: false)
+        let tombstoneID = tree[tombstone].revID
+        // A live branch beside the deleted current revision is a conflict for a passive peer.
+        #expect(throws: PeerSyncError.self) {
+            try tree.insertHistory(revID: .t(2, "live"), history: [baseID], body: body(#"{"v":1}"#), deleted: false,
+                                   hasAttachments: false, allowConflict: false, markConflict: true)
+        }
+        // So is a new root beside an existing document.
+        #expect(throws: PeerSyncError.self) {
+            try tree.insertHistory(revID: .t(1, "root"), history: [], body: body(#"{"v":1}"#), deleted: false,
+                                   hasAttachments: false, allowConflict: false, markConflict: true)
+        }
+        // A child of the current revision (here: reviving the tombstone) is accepted.
+        let child = try tree.insertHistory(revID: .t(3, "revive"), history: [tombstoneID, baseID], body: body(#"{"v":2}"#),
+                                           deleted: false, hasAttachments: false, allowConflict: false, markConflict: true)
+        #expect(child.added == 1 && tree.winner?.revID == .t(3, "revive"))
+    }
+
+    @Test func reopeningRemovesTheClosingTombstone() throws {
+        var tree = try conflicted()
+        let closing = tree.addLocal(parent: tree.index(of: .t(2, "z")), body: body("{}"), deleted: true, hasAttachments: false)
+        tree.markClosed(closing)
+        #expect(tree.winner?.revID == .t(2, "b"))
+        let reopenedIndex = tree.reopen(.t(2, "z"))
+        let reopened = try #require(reopenedIndex)
+        #expect(tree[reopened].isLeaf && !tree[reopened].isClosed)
+        #expect(tree.nodes.count == 3, "the closing tombstone is gone")
+        #expect(tree.validate().isEmpty)
+    }
+}

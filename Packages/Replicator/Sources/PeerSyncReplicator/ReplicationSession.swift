@@ -1091,7 +1091,7 @@ actor ReplicationSession {
             resolvedBody = try await sc.resolver.resolve(conflict)?.properties
         }
         let remoteAsIs = remoteInfo.isDeleted ? resolvedBody == nil : resolvedBody == remoteBody
-        if remoteAsIs && remoteIsLeaf {
+        if remoteAsIs && remoteIsLeaf && remoteInfo.hasBody {
             // The remote revision as it is (its content, or its deletion).
             try await sc.collection.closeConflict(docID: docID, winningRevisionID: remoteRev, losingRevisionID: localRev)
         } else {
