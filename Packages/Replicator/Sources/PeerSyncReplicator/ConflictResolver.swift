@@ -21,10 +21,12 @@ public struct Conflict: Sendable {
 /// be called concurrently for different documents. Throwing leaves the conflict unresolved
 /// and reports the error for that document.
 ///
-/// How a result is saved: keeping one side keeps that revision as the current one and
-/// closes the other branch with a tombstone; anything else becomes a new revision, child of
-/// the remote one. The tombstone's ID is computed from its parent, so peers that resolve the
-/// same conflict the same way make identical revisions and converge.
+/// How a result is saved (Couchbase Lite's rule): always on the *remote* branch. A result
+/// with the remote revision's content (or a deletion when the remote revision is one) keeps
+/// the remote revision as the current one; anything else — the local document, a merge, nil
+/// for a deletion — becomes a new revision, child of the remote one. The local branch is
+/// closed by a tombstone that stays local (never replicated). Pushing the result is then a
+/// fast-forward for the peer, which never accepts anything else.
 public protocol ConflictResolver: Sendable {
     func resolve(_ conflict: Conflict) async throws -> (any DocumentProperties)?
 }
