@@ -41,8 +41,15 @@ public struct RevisionID: Sendable, Hashable, Comparable, CustomStringConvertibl
 
     /// The ID of a new revision whose parent is `parent` (nil for the first revision):
     /// generation = parent's + 1, digest = SHA-1 of
-    /// `len(parent) ‖ parent ‖ deleted-byte ‖ canonical JSON body`, as LiteCore computes it,
-    /// so the same edit made on two peers gets the same ID.
+    /// `byte(len(parent)) ‖ parent as ASCII ‖ deleted-byte ‖ canonical JSON body`.
+    ///
+    /// This is PeerSync's own digest, not LiteCore's. LiteCore hashes the same framing but
+    /// over the body encoded in Fleece with the database's shared keys (dictionary keys
+    /// numbered in order of first use in that database), so its IDs depend on per-database
+    /// state and cannot be reproduced from the body alone. The same edit made on two PeerSync
+    /// peers gets the same ID; the same edit made on a PeerSync peer and on a Couchbase Lite
+    /// peer gets different IDs (a conflict that the default resolver settles). See
+    /// "Revision IDs" in `Packages/Replicator/README.md`.
     public static func next(parent: RevisionID?, deleted: Bool, canonicalBody: [UInt8]) -> RevisionID {
         var hasher = SHA1()
         let parentText = parent.map { Array($0.description.utf8) } ?? []
