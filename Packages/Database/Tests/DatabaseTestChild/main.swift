@@ -8,6 +8,10 @@
 //   database-test-child BACKEND stream DBPATH PREFIX
 //       Saves documents PREFIX0, PREFIX1, … (every 5th with a small blob) until killed,
 //       printing "SAVED <id>" after each save has returned.
+//   database-test-child BACKEND hold-write DBPATH RELEASEFILE
+//       Opens the database, starts a batch (one write transaction) that saves the document
+//       "held", prints "HOLDING", keeps the transaction open until RELEASEFILE exists (at
+//       most 120 s), then commits and prints "COMMITTED".
 //
 // BACKEND is "sqlite" or "lmdb" (when their package traits are on) or "memory".
 import Foundation
@@ -41,6 +45,9 @@ enum Child {
             case "write" where arguments.count == 7:
                 guard let count = Int(arguments[5]), let expected = Int(arguments[6]) else { return fail("bad numbers") }
                 return try await write(database, prefix: arguments[4], count: count, expected: expected)
+            case "hold-write" where arguments.count == 5:
+                try await holdWrite(database, releaseFile: arguments[4])
+                return 0
             case "stream" where arguments.count == 5:
                 try await stream(database, prefix: arguments[4])
                 return 0
@@ -76,6 +83,21 @@ enum Child {
         say("SAW \(n)")
         try await database.close()
         return n >= expected ? 0 : 1
+    }
+
+    static func holdWrite(_ database: Database, releaseFile: String) async throws {
+        let collection = try database.defaultCollection()
+        try await database.inBatch { transaction in
+            var doc = MutableDocument(id: "held", data: ["state": "uncommitted"])
+            try transaction.save(document: &doc, in: collection)
+            say("HOLDING")
+            let deadline = ContinuousClock.now + .seconds(120)
+            while !FileManager.default.fileExists(atPath: releaseFile), ContinuousClock.now < deadline {
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+        }
+        say("COMMITTED")
+        try await database.close()
     }
 
     static func stream(_ database: Database, prefix: String) async throws {

@@ -129,6 +129,45 @@ final class ChildProcess: Sendable {
         try await db.close()
     }
 
+    /// While another process holds a write transaction open (an import, say), opening the
+    /// database, counting, reading and checking it here do not wait for that writer: all of
+    /// it is done before the child is even told to commit (an ordering, not a timing).
+    @Test(arguments: Backend.multiProcess)
+    func openingAndReadingDoNotWaitForAnotherProcessWriting(_ backend: Backend) async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let path = dir.path + "/busy.peersync"
+        let release = dir.path + "/release"
+        let config = makeConfig(backend, dir)
+        let setup = try await Database(path: path, config: config)
+        for i in 0..<20 {
+            var doc = MutableDocument(id: "doc-\(i)", data: ["n": .int(Int64(i))])
+            try await setup.defaultCollection().save(document: &doc)
+        }
+        try await setup.close()
+
+        let child = try ChildProcess([backend.rawValue, "hold-write", path, release])
+        defer { _ = FileManager.default.createFile(atPath: release, contents: nil) }
+        #expect(await child.wait { $0.contains("HOLDING") }, "child did not start: \(child.output)")
+
+        let db = try await Database(path: path, config: config)
+        let c = try db.defaultCollection()
+        #expect(try await c.count == 20)
+        #expect(try await c.document(id: "doc-7") != nil)
+        #expect(try await c.document(id: "held") == nil)
+        #expect(try await c.documentIDs().count == 20)
+        #expect(try await db.checkIntegrity() == [])
+        try await db.close()
+        #expect(child.output == ["HOLDING"], "the child must still hold its transaction: \(child.output)")
+
+        _ = FileManager.default.createFile(atPath: release, contents: nil)
+        #expect(await child.waitForExit() == 0, "child output: \(child.output)")
+        #expect(child.output == ["HOLDING", "COMMITTED"])
+        let reopened = try await Database(path: path, config: config)
+        #expect(try await reopened.defaultCollection().count == 21)
+        try await reopened.close()
+    }
+
     /// A child saving documents is killed with SIGKILL again and again; after each kill the
     /// database reopens cleanly and holds every document the child reported as saved.
     @Test(arguments: Backend.multiProcess)

@@ -92,6 +92,14 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     /// Opens (or creates) the environment in `directory`, which must exist. Independent of
     /// the registry: two instances on one directory in one process are only for tests.
+    ///
+    /// Opening an existing, complete store takes no lock and never waits for a writer of any
+    /// process: the header is validated, the environment opened and the three named DBs are
+    /// opened in a read-only transaction. Only when something must be created (no
+    /// `data.mdb` yet, or a `data.mdb` without our DBs: a store another process is creating
+    /// right now, or one whose creation was interrupted) is the cross-process writer lock
+    /// taken (bounded by ``StorageOptions/busyTimeout``) and the DBs created in a write
+    /// transaction, so that a store being created is never seen half-initialized.
     init(directory: String, options: StorageOptions) throws(PeerSyncError) {
         self.directory = directory
         let dataPath = directory + "/" + Layout.dataFile
@@ -101,12 +109,17 @@ final class LMDBEnvironment: @unchecked Sendable {
         }
         let deadline = Deadline(options.busyTimeout)
         let fileLock = try FileLock(path: directory + "/" + Layout.writerLockFile)
-        // Hold the writer lock while validating, opening and creating the DBs, so that a store
-        // being created by another process is never seen half-initialized.
-        try fileLock.lock(deadline, directory: directory)
-        defer { fileLock.unlock() }
+        var locked = false
+        defer { if locked { fileLock.unlock() } }
 
-        let existing = try DataFileCheck.validate(path: dataPath)
+        // Without the lock, a header being rewritten by a committing writer may read as
+        // damaged: a failed check is repeated under the lock, where its verdict stands.
+        var existing = try? DataFileCheck.validate(path: dataPath)
+        if existing == nil {
+            try fileLock.lock(deadline, directory: directory)
+            locked = true
+            existing = try DataFileCheck.validate(path: dataPath)
+        }
         if existing == nil, !options.create {
             throw PeerSyncError(.notFound, "no LMDB store in this directory and `create` is false",
                                 context: ["directory": directory])
@@ -139,7 +152,16 @@ final class LMDBEnvironment: @unchecked Sendable {
 
         var stat = MDB_stat()
         try check(mdb_env_stat(env, &stat), "mdb_env_stat", ctx)
-        let dbis = try Self.openDatabases(env, directory: directory, create: options.create)
+        let dbis: (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi)
+        if let opened = try Self.openExistingDatabases(env, directory: directory) {
+            dbis = opened
+        } else {
+            if !locked {
+                try fileLock.lock(deadline, directory: directory)
+                locked = true
+            }
+            dbis = try Self.openDatabases(env, directory: directory)
+        }
 
         self.handle = handle
         self.fileLock = fileLock
@@ -150,68 +172,107 @@ final class LMDBEnvironment: @unchecked Sendable {
         self.noSync = !options.durable
     }
 
-    /// Opens the three named DBs in one write transaction (creating them in a new store) and
-    /// checks the format version. A store whose main DB holds other names is not ours.
-    private static func openDatabases(_ env: OpaquePointer, directory: String,
-                                      create: Bool) throws(PeerSyncError) -> (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi) {
-        let ctx = ["directory": directory]
+    /// Begins a transaction for opening the DBs, adopting a map another process grew.
+    private static func beginOpeningTransaction(_ env: OpaquePointer, readOnly: Bool,
+                                                _ ctx: [String: String]) throws(PeerSyncError) -> OpaquePointer {
         for _ in 0..<8 {
             var txnPtr: OpaquePointer?
-            let rc = mdb_txn_begin(env, nil, 0, &txnPtr)
+            let rc = mdb_txn_begin(env, nil, readOnly ? UInt32(MDB_RDONLY) : 0, &txnPtr)
             if rc == MDB_MAP_RESIZED {
                 try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize", ctx)
                 continue
             }
-            try check(rc, "mdb_txn_begin", ctx)
+            try check(rc, readOnly ? "mdb_txn_begin (read)" : "mdb_txn_begin (write)", ctx)
             guard let txn = txnPtr else { throw PeerSyncError(.internalError, "mdb_txn_begin returned no transaction") }
-            var committed = false
-            defer { if !committed { mdb_txn_abort(txn) } }
-
-            var metaDBI: MDB_dbi = 0
-            let metaRC = mdb_dbi_open(txn, Layout.metaDB, 0, &metaDBI)
-            var recordsDBI: MDB_dbi = 0
-            var sequencesDBI: MDB_dbi = 0
-            if metaRC == MDB_NOTFOUND {
-                var mainDBI: MDB_dbi = 0
-                try check(mdb_dbi_open(txn, nil, 0, &mainDBI), "mdb_dbi_open(main)", ctx)
-                var stat = MDB_stat()
-                try check(mdb_stat(txn, mainDBI, &stat), "mdb_stat(main)", ctx)
-                if stat.ms_entries > 0 {
-                    throw PeerSyncError(.corrupt, "data.mdb is an LMDB environment of another application, not a PeerSync store",
-                                        context: ctx)
-                }
-                let createFlag = UInt32(MDB_CREATE)
-                try check(mdb_dbi_open(txn, Layout.metaDB, createFlag, &metaDBI), "mdb_dbi_open(meta)", ctx)
-                try check(mdb_dbi_open(txn, Layout.recordsDB, createFlag, &recordsDBI), "mdb_dbi_open(records)", ctx)
-                try check(mdb_dbi_open(txn, Layout.sequencesDB, createFlag, &sequencesDBI), "mdb_dbi_open(sequences)", ctx)
-                try putMetaU32(txn, metaDBI, key: Layout.MetaKey.format, value: Layout.formatVersion, ctx)
-                try putMetaU32(txn, metaDBI, key: Layout.MetaKey.nextKeyspaceID, value: 1, ctx)
-            } else {
-                try check(metaRC, "mdb_dbi_open(meta)", ctx)
-                let version = try getMetaU32(txn, metaDBI, key: Layout.MetaKey.format, ctx)
-                guard version == Layout.formatVersion else {
-                    throw PeerSyncError(.corrupt, "unsupported PeerSync LMDB format version \(version.map(String.init) ?? "none")",
-                                        context: ctx)
-                }
-                for (name, target) in [(Layout.recordsDB, 0), (Layout.sequencesDB, 1)] {
-                    var dbi: MDB_dbi = 0
-                    let rc = mdb_dbi_open(txn, name, 0, &dbi)
-                    if rc == MDB_NOTFOUND {
-                        throw PeerSyncError(.corrupt, "the PeerSync store lacks its `\(name)` database", context: ctx)
-                    }
-                    try check(rc, "mdb_dbi_open(\(name))", ctx)
-                    if target == 0 { recordsDBI = dbi } else { sequencesDBI = dbi }
-                }
-            }
-            let commitRC = mdb_txn_commit(txn)
-            committed = true
-            if commitRC == MDB_MAP_FULL {
-                throw PeerSyncError(.tooLarge, "the LMDB map is too small to create the store", context: ctx)
-            }
-            try check(commitRC, "mdb_txn_commit", ctx)
-            return (recordsDBI, sequencesDBI, metaDBI)
+            return txn
         }
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ctx)
+    }
+
+    /// Opens the three named DBs of a complete store in a read-only transaction (so neither
+    /// our writer lock nor LMDB's is needed, and a writer of another process is never waited
+    /// for) and checks the format version. Returns nil when the store has no `meta` DB yet
+    /// (new, being created, or its creation was interrupted): the caller then creates it.
+    private static func openExistingDatabases(_ env: OpaquePointer, directory: String)
+        throws(PeerSyncError) -> (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi)? {
+        let ctx = ["directory": directory]
+        let txn = try beginOpeningTransaction(env, readOnly: true, ctx)
+        var committed = false
+        defer { if !committed { mdb_txn_abort(txn) } }
+        var metaDBI: MDB_dbi = 0
+        let metaRC = mdb_dbi_open(txn, Layout.metaDB, 0, &metaDBI)
+        if metaRC == MDB_NOTFOUND { return nil }
+        try check(metaRC, "mdb_dbi_open(meta)", ctx)
+        let (recordsDBI, sequencesDBI) = try openExistingDataDatabases(txn, metaDBI, ctx)
+        // Committing a read-only transaction keeps the DBI handles it opened for the environment.
+        let commitRC = mdb_txn_commit(txn)
+        committed = true
+        try check(commitRC, "mdb_txn_commit (read)", ctx)
+        return (recordsDBI, sequencesDBI, metaDBI)
+    }
+
+    /// Checks the format version in `meta` and opens `records` and `sequences`, which a store
+    /// with a `meta` DB must have (all three are created in one transaction).
+    private static func openExistingDataDatabases(_ txn: OpaquePointer, _ metaDBI: MDB_dbi,
+                                                  _ ctx: [String: String]) throws(PeerSyncError) -> (MDB_dbi, MDB_dbi) {
+        let version = try getMetaU32(txn, metaDBI, key: Layout.MetaKey.format, ctx)
+        guard version == Layout.formatVersion else {
+            throw PeerSyncError(.corrupt, "unsupported PeerSync LMDB format version \(version.map(String.init) ?? "none")",
+                                context: ctx)
+        }
+        var dbis: [MDB_dbi] = []
+        for name in [Layout.recordsDB, Layout.sequencesDB] {
+            var dbi: MDB_dbi = 0
+            let rc = mdb_dbi_open(txn, name, 0, &dbi)
+            if rc == MDB_NOTFOUND {
+                throw PeerSyncError(.corrupt, "the PeerSync store lacks its `\(name)` database", context: ctx)
+            }
+            try check(rc, "mdb_dbi_open(\(name))", ctx)
+            dbis.append(dbi)
+        }
+        return (dbis[0], dbis[1])
+    }
+
+    /// Opens the three named DBs in one write transaction, creating them in a new store, and
+    /// checks the format version. A store whose main DB holds other names is not ours. The
+    /// caller holds ``fileLock``.
+    private static func openDatabases(_ env: OpaquePointer,
+                                      directory: String) throws(PeerSyncError) -> (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi) {
+        let ctx = ["directory": directory]
+        let txn = try beginOpeningTransaction(env, readOnly: false, ctx)
+        var committed = false
+        defer { if !committed { mdb_txn_abort(txn) } }
+
+        var metaDBI: MDB_dbi = 0
+        let metaRC = mdb_dbi_open(txn, Layout.metaDB, 0, &metaDBI)
+        var recordsDBI: MDB_dbi = 0
+        var sequencesDBI: MDB_dbi = 0
+        if metaRC == MDB_NOTFOUND {
+            var mainDBI: MDB_dbi = 0
+            try check(mdb_dbi_open(txn, nil, 0, &mainDBI), "mdb_dbi_open(main)", ctx)
+            var stat = MDB_stat()
+            try check(mdb_stat(txn, mainDBI, &stat), "mdb_stat(main)", ctx)
+            if stat.ms_entries > 0 {
+                throw PeerSyncError(.corrupt, "data.mdb is an LMDB environment of another application, not a PeerSync store",
+                                    context: ctx)
+            }
+            let createFlag = UInt32(MDB_CREATE)
+            try check(mdb_dbi_open(txn, Layout.metaDB, createFlag, &metaDBI), "mdb_dbi_open(meta)", ctx)
+            try check(mdb_dbi_open(txn, Layout.recordsDB, createFlag, &recordsDBI), "mdb_dbi_open(records)", ctx)
+            try check(mdb_dbi_open(txn, Layout.sequencesDB, createFlag, &sequencesDBI), "mdb_dbi_open(sequences)", ctx)
+            try putMetaU32(txn, metaDBI, key: Layout.MetaKey.format, value: Layout.formatVersion, ctx)
+            try putMetaU32(txn, metaDBI, key: Layout.MetaKey.nextKeyspaceID, value: 1, ctx)
+        } else {
+            try check(metaRC, "mdb_dbi_open(meta)", ctx)
+            (recordsDBI, sequencesDBI) = try openExistingDataDatabases(txn, metaDBI, ctx)
+        }
+        let commitRC = mdb_txn_commit(txn)
+        committed = true
+        if commitRC == MDB_MAP_FULL {
+            throw PeerSyncError(.tooLarge, "the LMDB map is too small to create the store", context: ctx)
+        }
+        try check(commitRC, "mdb_txn_commit", ctx)
+        return (recordsDBI, sequencesDBI, metaDBI)
     }
 
     private static func putMetaU32(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: UInt8, value: UInt32,

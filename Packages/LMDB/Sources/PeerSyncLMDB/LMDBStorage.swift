@@ -18,8 +18,10 @@ import Darwin
 ///   store is.
 /// - Record keys are at most 507 UTF-8 bytes and keyspace names at most 510 (LMDB's 511-byte
 ///   key limit); longer ones throw `.tooLarge`. Values may be up to 4 GiB.
-/// - Read transactions see a snapshot and never block writers. Write transactions are
-///   serialized within the process and across processes; waiting longer than
+/// - Opening an existing store takes no lock and never waits for a writer of any process
+///   (only creating a store does); read transactions see a snapshot, never block writers and
+///   are never blocked by them. Write transactions are serialized within the process and
+///   across processes; waiting longer than
 ///   ``StorageOptions/busyTimeout`` throws `.busy`. A nested `write` on the same thread throws
 ///   `.storage` at once.
 /// - The map starts at ``StorageOptions/initialSize`` (default 64 MiB) and grows automatically

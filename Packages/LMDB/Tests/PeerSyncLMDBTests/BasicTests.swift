@@ -424,6 +424,24 @@ import PeerSyncStorage
         }
     }
 
+    /// An LMDB environment without our DBs (a store whose creation was interrupted after
+    /// `mdb_env_open`) is not complete: opening it takes the writer lock and creates the DBs,
+    /// instead of reading it as a store.
+    @Test func openingCompletesAnInterruptedCreation() throws {
+        try withTemporaryDirectory { dir in
+            let raw = try LMDBRawBaseline(directory: dir, mapSize: 1 << 20)
+            raw.close()
+            #expect(FileManager.default.fileExists(atPath: dir + "/data.mdb"))
+            let storage = try openStore(dir)
+            _ = try storage.write { w in try w.put(Record(key: "a"), in: "ks") }
+            try storage.close()
+            #expect(try LMDBStorageBackend().checkIntegrity(directory: dir) == [])
+            let reopened = try openStore(dir)
+            defer { try? reopened.close() }
+            #expect(try reopened.read { try $0.count(in: "ks", includeDeleted: true) } == 1)
+        }
+    }
+
     @Test func nonDurableStoreWorks() throws {
         try withTemporaryDirectory { dir in
             let fast = try openStore(dir, durable: false)

@@ -8,7 +8,8 @@ import Glibc
 import Darwin
 #endif
 
-/// Two processes on one store; a child killed in the middle of its writes.
+/// Two processes on one store; a child killed in the middle of its writes; readers of one
+/// process while another writes.
 enum MultiProcessCases {
     static func twoProcesses(_ t: CaseContext) throws {
         let dir = t.directory()
@@ -109,6 +110,66 @@ enum MultiProcessCases {
         try checkCommitted(reopened, "(after reopening)")
         try reopened.write { w in try w.put(Record(key: "after-reopen"), in: "shared") }
         try t.checkEqual(try reopened.read { try $0.get("after-reopen", in: "shared") != nil }, true, "a write after reopening")
+    }
+
+    /// Opening an existing store and reading it never wait for a writer of another process.
+    /// A child holds a write transaction open until told to commit (a file appearing); this
+    /// process meanwhile opens the store afresh, reads it every way (including a keyspace the
+    /// child's transaction is creating), closes it, and runs the backend's integrity checks.
+    /// All of that must be done while the child still holds its transaction: an ordering, not
+    /// a timing, so the case holds under a slow (sanitizer) build.
+    static func readersDoNotWaitForAnotherProcessWriting(_ t: CaseContext) throws {
+        let dir = t.directory()
+        let store = try t.open(dir)
+        try store.write { w in
+            try w.put(Record(key: "counter", body: "0".bytes), in: "shared")
+            try w.put(Record(key: "a", body: "1".bytes), in: "shared")
+        }
+        // Closed, so that the open below is a new one (a backend may share one open store per
+        // process, as LMDB must).
+        try store.close()
+        let release = t.root.appendingPathComponent("release-\(UUID().uuidString)").path
+        let child = try ChildProcess(t, role: ["hold-write", dir, release])
+        defer {
+            _ = FileManager.default.createFile(atPath: release, contents: nil)
+            child.killAndReap()
+        }
+        try t.check(child.waitForLines(1), "the child did not start (no \"holding\"); stderr: \(child.stderrText)")
+        try t.checkEqual(child.lines.first, "holding", "the child's first line")
+
+        // A write would wait for the child (or throw `.busy`); opening and reading must not.
+        let reader = try t.open(dir, options: StorageOptions(create: false))
+        try reader.read { r in
+            try t.checkEqual(try r.get("counter", in: "shared")?.body, "0".bytes, "a committed record")
+            try t.checkEqual(try r.get("held", in: "shared"), nil, "the child's uncommitted record")
+            try t.checkEqual(try r.count(in: "shared", includeDeleted: true), 2, "count")
+            try t.checkEqual(try r.lastSequence(in: "shared"), 2, "lastSequence")
+            try t.checkEqual(try t.keys(r, "shared"), ["a", "counter"], "keys")
+            try t.checkEqual(try t.changes(r, "shared").map(\.key), ["counter", "a"], "the changes feed")
+            try t.checkEqual(try r.keyspaces(), ["shared"], "keyspaces (not the one the child is creating)")
+            try t.checkEqual(try r.count(in: "held-new", includeDeleted: true), 0, "count of the keyspace being created")
+            try t.checkEqual(try r.lastSequence(in: "held-new"), 0, "lastSequence of the keyspace being created")
+            try t.checkEqual(try t.keys(r, "held-new"), [], "keys of the keyspace being created")
+        }
+        if let checking = reader as? any StorageIntegrityChecking {
+            try t.checkEqual(try checking.checkIntegrity(), [], "the store's integrity check")
+        }
+        try reader.close()
+        if let checking = t.backend as? any StorageBackendIntegrityChecking {
+            try t.checkEqual(try checking.checkIntegrity(directory: dir), [], "the backend's integrity check")
+        }
+        try t.checkEqual(child.lines, ["holding"],
+                         "the child's output: it must still hold its write transaction after this process opened, read and checked the store")
+
+        _ = FileManager.default.createFile(atPath: release, contents: nil)
+        try t.check(child.waitForExit(), "the child did not exit")
+        try t.checkEqual(child.exitStatus, 0, "the child's exit status (stderr: \(child.stderrText))")
+        try t.check(child.waitForEndOfOutput(), "the child's output did not end")
+        try t.checkEqual(child.lines, ["holding", "committed"], "the child's output")
+        try t.open(dir).read { r in
+            try t.checkEqual(try r.get("held", in: "shared")?.body, "uncommitted".bytes, "the child's record once committed")
+            try t.checkEqual(try r.keyspaces(), ["held-new", "shared"], "keyspaces once the child committed")
+        }
     }
 
     private static func parseCommitted(_ t: CaseContext, _ lines: [String]) throws -> [KeySeq] {

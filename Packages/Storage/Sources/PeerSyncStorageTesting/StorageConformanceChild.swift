@@ -21,6 +21,10 @@ import PeerSyncStorage
 ///   `PREFIX<i>`; after each commit it prints `committed KEY SEQUENCE`.
 /// - `write-until-killed DIR PREFIX`: the same with 2 KiB bodies, until it is killed (at most
 ///   1,000,000 transactions).
+/// - `hold-write DIR RELEASE-FILE`: opens the store, starts a write transaction that puts
+///   `held` in `shared` and `held` in the new keyspace `held-new`, prints `holding`, and keeps
+///   the transaction open until RELEASE-FILE exists (at most 120 s); then commits and prints
+///   `committed`.
 ///
 /// Output goes straight to the file descriptors (unbuffered), so a line printed is a line the
 /// parent can read even if the child is killed right after.
@@ -43,6 +47,9 @@ public enum StorageConformanceChild {
             case "write-until-killed":
                 guard args.count == 3 else { return usage("write-until-killed DIR PREFIX") }
                 try writeLoop(backend: backend, directory: args[1], prefix: args[2], count: 1_000_000, bodySize: 2048)
+            case "hold-write":
+                guard args.count == 3 else { return usage("hold-write DIR RELEASE-FILE") }
+                try holdWrite(backend: backend, directory: args[1], releaseFile: args[2])
             default:
                 return usage("unknown role \(args.first ?? "(none)")")
             }
@@ -71,6 +78,21 @@ public enum StorageConformanceChild {
             }
             printLine("committed \(key) \(sequence)")
         }
+    }
+
+    private static func holdWrite(backend: any StorageBackend, directory: String, releaseFile: String) throws {
+        let store = try backend.open(directory: directory, options: StorageOptions(create: false))
+        defer { try? store.close() }
+        try store.write { w in
+            try w.put(Record(key: "held", body: "uncommitted".bytes), in: "shared")
+            try w.put(Record(key: "held"), in: "held-new")
+            printLine("holding")
+            let deadline = ContinuousClock.now + CaseContext.hangTimeout
+            while !FileManager.default.fileExists(atPath: releaseFile), ContinuousClock.now < deadline {
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+        }
+        printLine("committed")
     }
 
     private static func usage(_ message: String) -> Int32 {

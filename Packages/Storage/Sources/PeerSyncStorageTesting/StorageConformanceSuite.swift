@@ -29,7 +29,8 @@ import PeerSyncStorage
 /// - dropping a keyspace that does not exist does nothing;
 /// - a keyspace whose records were all purged still exists and keeps its sequence counter;
 /// - keyspace names are arbitrary non-empty strings, compared by bytes (case-sensitive);
-/// - readers never block writers, and an open write transaction never blocks readers.
+/// - readers never block writers, and an open write transaction never blocks readers —
+///   not even one of another process while this one opens the store.
 public struct StorageConformanceSuite: Sendable {
     /// What the backend under test supports.
     public struct Capabilities: Sendable, Hashable {
@@ -190,5 +191,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
         ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
         ConformanceCase(name: "childKilledMidWrite", needsMultiProcess: true, body: MultiProcessCases.childKilledMidWrite),
+        ConformanceCase(name: "readersDoNotWaitForAnotherProcessWriting", needsMultiProcess: true,
+                        body: MultiProcessCases.readersDoNotWaitForAnotherProcessWriting),
     ]
 }
