@@ -20,8 +20,11 @@ struct PeerSyncCLI {
         info [--json]        backend, collections, counts, last sequence
         check                integrity check (non-zero exit on any inconsistency)
         serve [--port P] [--no-tls] [--identity LABEL] [--keystore DIR] [--user U --password P]
-              [--read-only] [--delta-sync] [--name DBNAME] [--interface IF]
-                             run a listener (passive peer); prints "listening on <url>"
+              [--read-only] [--delta-sync] [--rest] [--name DBNAME] [--interface IF]
+                             run a listener (passive peer) on /DBNAME/_blipsync; prints "listening on <url>"
+                             --rest: also serve the REST API (GET/PUT/DELETE /DBNAME/ID) on the port
+                             --name: default the folder's name, lower-cased, invalid characters as _;
+                                     must match [a-z][a-z0-9_$()+-]*
         sync URL [--push|--pull] [--continuous] [--user U --password P]
              [--identity LABEL --keystore DIR] [--pinned-cert FILE | --self-signed-only | --ca FILE]
              [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset]
