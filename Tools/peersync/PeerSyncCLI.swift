@@ -36,8 +36,9 @@ struct PeerSyncCLI {
                                [--total-mb N] [--repeat N] [--idle N]
       peersync bench sync [--docs N] [--json] [--transports wss,ws] [--backend sqlite|lmdb] [--timeout S]
                              push and pull between two peersync processes, beside the raw bulk insert
-      peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL]
-                               [--usage server|client|both] [--cn NAME] [--days N]
+      peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]
+                               [--usage server|client|both] [--cn NAME] [--days N] [--hostname NAME] [--ip ADDR]
+                             --ca: a certificate authority, the only kind of identity --issuer accepts
       peersync identity list [--keystore DIR]
       peersync identity export --label L [--keystore DIR] (--pem | --p12 FILE --password P)
       peersync identity import FILE --label L [--keystore DIR] [--password P]
