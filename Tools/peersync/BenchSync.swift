@@ -172,7 +172,7 @@ enum SyncBenchmark {
     /// Creates a database in `dir` holding documents 0..<count of the storage workload,
     /// saved in batches (the generator runs chunk by chunk, so memory stays bounded).
     static func seed(_ dir: String, backend: any StorageBackend, count: Int) async throws {
-        let db = try await Database(path: dir, config: DatabaseConfiguration(directory: dir, backend: backend))
+        let db = try await DatabaseOpening.open(dir, backend: backend.name).0
         let collection = try db.defaultCollection()
         var start = 0
         while start < count {

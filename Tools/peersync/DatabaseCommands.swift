@@ -31,8 +31,7 @@ enum DatabaseCommands {
         let watchCount = try parsed.int("count")
         let watchTimeout = try parsed.int("timeout")
 
-        let backend = try chooseBackend(directory: dir, requested: parsed.value("backend"))
-        let db = try await Database(path: dir, config: DatabaseConfiguration(directory: dir, backend: backend))
+        let (db, backend) = try await DatabaseOpening.open(dir, backend: parsed.value("backend"))
         do {
             let code = try await execute(command, operands, db: db, backend: backend,
                                          collectionSpec: parsed.value("collection"),
@@ -44,23 +43,6 @@ enum DatabaseCommands {
             try? await db.close()
             throw error
         }
-    }
-
-    /// The backend of an existing database is detected from its files; `--backend` only
-    /// matters when creating one (and must agree with an existing one).
-    static func chooseBackend(directory: String, requested: String?) throws -> any StorageBackend {
-        if let requested, StorageBackends.named(requested) == nil || requested == "memory" {
-            let names = StorageBackends.all.map(\.name).filter { $0 != "memory" }
-            throw UsageError("unknown backend '\(requested)' (available: \(names.joined(separator: ", ")))")
-        }
-        if let existing = StorageBackends.detect(in: directory) {
-            if let requested, requested.lowercased() != existing.name {
-                throw PeerSyncError(.invalidArgument,
-                                    "the database in \(directory) uses the \(existing.name) backend, not \(requested)")
-            }
-            return existing
-        }
-        return requested.flatMap(StorageBackends.named) ?? StorageBackends.default
     }
 
     static func execute(_ command: String, _ operands: [String], db: Database, backend: any StorageBackend,

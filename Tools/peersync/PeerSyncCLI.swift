@@ -20,8 +20,11 @@ struct PeerSyncCLI {
         info [--json]        backend, collections, counts, last sequence
         check                integrity check (non-zero exit on any inconsistency)
         serve [--port P] [--no-tls] [--identity LABEL] [--keystore DIR] [--user U --password P]
-              [--read-only] [--delta-sync] [--name DBNAME] [--interface IF]
-                             run a listener (passive peer); prints "listening on <url>"
+              [--read-only] [--delta-sync] [--rest] [--name DBNAME] [--interface IF]
+                             run a listener (passive peer) on /DBNAME/_blipsync; prints "listening on <url>"
+                             --rest: also serve the REST API (GET/PUT/DELETE /DBNAME/ID) on the port
+                             --name: default the folder's name, lower-cased, invalid characters as _;
+                                     must match [a-z][a-z0-9_$()+-]*
         sync URL [--push|--pull] [--continuous] [--user U --password P]
              [--identity LABEL --keystore DIR] [--pinned-cert FILE | --self-signed-only | --ca FILE]
              [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset]
@@ -33,8 +36,9 @@ struct PeerSyncCLI {
                                [--total-mb N] [--repeat N] [--idle N]
       peersync bench sync [--docs N] [--json] [--transports wss,ws] [--backend sqlite|lmdb] [--timeout S]
                              push and pull between two peersync processes, beside the raw bulk insert
-      peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL]
-                               [--usage server|client|both] [--cn NAME] [--days N]
+      peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]
+                               [--usage server|client|both] [--cn NAME] [--days N] [--hostname NAME] [--ip ADDR]
+                             --ca: a certificate authority, the only kind of identity --issuer accepts
       peersync identity list [--keystore DIR]
       peersync identity export --label L [--keystore DIR] (--pem | --p12 FILE --password P)
       peersync identity import FILE --label L [--keystore DIR] [--password P]

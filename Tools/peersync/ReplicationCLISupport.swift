@@ -2,13 +2,8 @@ import Dispatch
 import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
+import PeerSync
 import PeerSyncStorage
-#if SQLite
-import PeerSyncSQLite
-#endif
-#if LMDB
-import PeerSyncLMDB
-#endif
 
 /// Option parsing and shared plumbing of `serve` and `sync` (kept apart from the other
 /// commands' helpers so each command file stands alone).
@@ -51,29 +46,14 @@ struct ReplicationCLIUsageError: Error, CustomStringConvertible {
 }
 
 enum ReplicationCLI {
-    /// Opens the database in `dir` with the requested backend (`sqlite` default, `lmdb`).
+    /// Opens the database in `dir` (see ``DatabaseOpening``: an existing database's backend,
+    /// else `name`, else sqlite).
     static func openDatabase(_ dir: String, backend name: String?) async throws -> Database {
-        let backend: any StorageBackend
-        switch name?.lowercased() ?? defaultBackendName {
-        #if SQLite
-        case "sqlite": backend = SQLiteStorageBackend()
-        #endif
-        #if LMDB
-        case "lmdb": backend = LMDBStorageBackend()
-        #endif
-        default:
-            throw ReplicationCLIUsageError("unknown or unavailable backend '\(name ?? "")'")
-        }
-        return try await Database(path: dir, config: DatabaseConfiguration(directory: dir, backend: backend))
+        try await DatabaseOpening.open(dir, backend: name).0
     }
 
-    static var defaultBackendName: String {
-        #if SQLite
-        return "sqlite"
-        #else
-        return "lmdb"
-        #endif
-    }
+    /// The backend of a new database: sqlite when compiled in.
+    static var defaultBackendName: String { StorageBackends.default.name }
 
     /// Writes a line to stdout right away (another process may be waiting for it).
     static func emit(_ line: String) {

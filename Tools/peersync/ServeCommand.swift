@@ -5,15 +5,18 @@ import PeerSyncDatabase
 import PeerSyncListener
 
 /// `peersync --db DIR [--backend B] serve [--port P] [--no-tls] [--identity LABEL] [--keystore DIR]
-///  [--user U --password P] [--read-only] [--delta-sync] [--name DBNAME] [--interface IF]`
+///  [--user U --password P] [--read-only] [--delta-sync] [--rest] [--name DBNAME] [--interface IF]`
 ///
-/// Serves the database's default collection. Prints exactly one line `listening on <url>`
+/// Serves the database's default collection on `/<DBNAME>/_blipsync`, and the REST API on the
+/// same port only with `--rest`. DBNAME defaults to the folder's name made valid
+/// (``URLEndpointListener/defaultDatabaseName(for:)``); an explicit `--name` must match
+/// `[a-z][a-z0-9_$()+-]*` (else exit 1). Prints exactly one line `listening on <url>`
 /// on stdout when ready, then serves until SIGINT/SIGTERM (exit 0). Errors: one line on
 /// stderr, exit 1 (2 for usage errors).
 enum ServeCommand {
     static let usage = """
     usage: peersync --db DIR [--backend sqlite|lmdb] serve [--port P] [--no-tls] [--identity LABEL]
-             [--keystore DIR] [--user U --password P] [--read-only] [--delta-sync] [--name DBNAME] [--interface IF]
+             [--keystore DIR] [--user U --password P] [--read-only] [--delta-sync] [--rest] [--name DBNAME] [--interface IF]
     """
 
     static func run(_ args: [String]) async throws -> Int32 {
@@ -21,7 +24,7 @@ enum ServeCommand {
         do {
             options = try ReplicationCLIOptions(args, valueOptions: ["db", "backend", "port", "identity", "keystore", "user",
                                                                      "password", "name", "interface", "collection"],
-                                                flagOptions: ["no-tls", "read-only", "delta-sync"])
+                                                flagOptions: ["no-tls", "read-only", "delta-sync", "rest"])
             guard options.positionals == ["serve"] else { throw ReplicationCLIUsageError("unexpected arguments: \(options.positionals.dropFirst().joined(separator: " "))") }
             guard options.value("db") != nil else { throw ReplicationCLIUsageError("--db DIR is required") }
             guard (options.value("user") == nil) == (options.value("password") == nil) else {
@@ -52,6 +55,7 @@ enum ServeCommand {
             config.disableTLS = options.flag("no-tls")
             config.readOnly = options.flag("read-only")
             config.enableDeltaSync = options.flag("delta-sync")
+            config.enableREST = options.flag("rest")
             config.networkInterface = options.value("interface")
             config.databaseName = options.value("name")
             if let user = options.value("user"), let password = options.value("password") {

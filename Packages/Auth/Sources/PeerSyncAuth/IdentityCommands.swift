@@ -116,6 +116,10 @@ public enum IdentityCommand {
             guard let issuer = try store.identity(withLabel: issuerLabel) else {
                 throw PeerSyncError(.notFound, "no issuer identity with this label", context: ["label": issuerLabel])
             }
+            guard issuer.certificate.isCertificateAuthority else {
+                throw PeerSyncError(.invalidArgument, "the issuer '\(issuerLabel)' is not a certificate authority; "
+                                    + "create one with 'peersync identity create --label LABEL --ca'")
+            }
             identity = try TLSIdentity.createIdentity(for: usages, attributes: attributes, expiration: expiration, issuer: issuer)
         } else {
             identity = try TLSIdentity.createIdentity(for: usages, attributes: attributes, expiration: expiration)

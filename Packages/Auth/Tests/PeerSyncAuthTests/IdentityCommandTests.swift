@@ -94,6 +94,21 @@ import Testing
         #expect(wrong.err.contains("wrongPassword"))
     }
 
+    /// An issuer that is not a CA: exit 1, one line on stderr (no usage text) that says how to
+    /// make a CA, and nothing created.
+    @Test func nonCAIssuerIsOneLineThatPointsToCA() throws {
+        let dir = try TempDir()
+        defer { dir.cleanup() }
+        let ks = ["--keystore", dir.path]
+        #expect(Self.run(["create", "--label", "plain"] + ks).status == 0)
+        let r = Self.run(["create", "--label", "leaf", "--issuer", "plain"] + ks)
+        #expect(r.status == 1)
+        #expect(r.out.isEmpty)
+        #expect(r.err == "peersync identity: invalidArgument: the issuer 'plain' is not a certificate authority; "
+                + "create one with 'peersync identity create --label LABEL --ca'\n")
+        #expect(try TLSKeyStore(directory: dir.path).labels() == ["plain"])
+    }
+
     @Test func usageErrorsExitTwo() throws {
         let dir = try TempDir()
         defer { dir.cleanup() }

@@ -38,12 +38,16 @@ public struct URLEndpointListenerConfiguration: Sendable {
     /// Peers may pull but not push (pushes are answered `HTTP`/403); REST writes are refused
     /// with 403. Default false.
     public var readOnly = false
-    /// PeerSync extension: the database name in URLs (`/<name>/_blipsync`). nil (default):
-    /// the database's own name.
+    /// PeerSync extension: the database name in URLs (`/<name>/_blipsync`). It must follow
+    /// Couchbase Lite's rule for the database name of a `URLEndpoint` URL,
+    /// `[a-z][a-z0-9_$()+-]*` (`/` excluded: it separates the path), or
+    /// ``URLEndpointListener/init(config:)`` throws `.invalidArgument`. nil (default): derived
+    /// from the database's own name by ``URLEndpointListener/defaultDatabaseName(for:)``.
     public var databaseName: String?
-    /// PeerSync extension: serve the REST API (`GET/PUT/DELETE /<db>/<docid>`, `_changes`,
-    /// database info) on the same port. Default true.
-    public var enableREST = true
+    /// PeerSync extension: also serve the REST API (`GET/PUT/DELETE /<db>/<docid>`,
+    /// `_changes`, database info) on the replication port. Default false: like Couchbase
+    /// Lite's listener, only `/<db>/_blipsync` is served and any other request gets `404`.
+    public var enableREST = false
 
     public init(collections: [Collection]) {
         self.collections = collections
@@ -59,7 +63,8 @@ public struct URLEndpointListenerConnectionStatus: Sendable, Hashable {
 }
 
 /// The passive peer (Couchbase Lite's `URLEndpointListener`): serves replicators on
-/// `ws[s]://<addr>:<port>/<db>/_blipsync` and a small REST API on the same port.
+/// `ws[s]://<addr>:<port>/<db>/_blipsync` and, when
+/// ``URLEndpointListenerConfiguration/enableREST`` is set, a small REST API on the same port.
 ///
 /// - Subprotocols: `BLIP_3+CBMobile_3` and `BLIP_3+CBMobile_2`; the first of the client's
 ///   list that is one of these is chosen; a client offering none gets `400`.
@@ -113,14 +118,42 @@ public final class URLEndpointListener: Sendable {
         if let a = config.authenticator, !(a is ListenerCertificateAuthenticator), !(a is ListenerPasswordAuthenticator) {
             throw PeerSyncError(.invalidArgument, "unsupported listener authenticator \(type(of: a))")
         }
-        let name = config.databaseName ?? database.name
-        guard !name.isEmpty, !name.hasPrefix("_"), !name.contains("/"),
-              name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) == name else {
-            throw PeerSyncError(.invalidArgument, "database name '\(name)' cannot be used in a URL path")
+        let name = config.databaseName ?? Self.defaultDatabaseName(for: database.name)
+        guard Self.isValidDatabaseName(name) else {
+            throw PeerSyncError(.invalidArgument,
+                                "invalid listener database name '\(name)': it must match [a-z][a-z0-9_$()+-]* "
+                                + "(a lowercase letter, then lowercase letters, digits or _ $ ( ) + -)")
         }
         self.config = config
         self.database = database
         self.databaseName = name
+    }
+
+    /// Whether `name` may be the database name in the listener's URLs: Couchbase Lite's rule
+    /// `[a-z][a-z0-9_$()+-]*` (a replicator refuses other names as an invalid URL endpoint;
+    /// `/` is excluded because it separates the URL path).
+    public static func isValidDatabaseName(_ name: String) -> Bool {
+        guard let first = name.unicodeScalars.first, ("a"..."z").contains(first) else { return false }
+        return name.unicodeScalars.allSatisfy(isDatabaseNameCharacter)
+    }
+
+    /// The URL database name used when ``URLEndpointListenerConfiguration/databaseName`` is nil:
+    /// `databaseName` (e.g. the folder's base name) lower-cased, every character the rule of
+    /// ``isValidDatabaseName(_:)`` does not allow replaced by `_`, and prefixed with `db` when
+    /// it would not start with a letter (`"L"` → `"l"`, `"My Tasks"` → `"my_tasks"`,
+    /// `"2024"` → `"db2024"`, `""` → `"db"`). The result always satisfies the rule.
+    public static func defaultDatabaseName(for databaseName: String) -> String {
+        var scalars = String.UnicodeScalarView()
+        for scalar in databaseName.lowercased().unicodeScalars {
+            scalars.append(isDatabaseNameCharacter(scalar) ? scalar : "_")
+        }
+        let name = String(scalars)
+        if let first = name.unicodeScalars.first, ("a"..."z").contains(first) { return name }
+        return "db" + name
+    }
+
+    private static func isDatabaseNameCharacter(_ scalar: Unicode.Scalar) -> Bool {
+        ("a"..."z").contains(scalar) || ("0"..."9").contains(scalar) || "_$()+-".unicodeScalars.contains(scalar)
     }
 
     /// The bound port while running, nil when stopped.

@@ -8,7 +8,7 @@ import Testing
 @Suite(.serialized) struct ChallengeTests {
     @Test func upgradeAndRESTSendTheSameBasicChallenge() async throws {
         try await withTempDirectory { dir in
-            let (db, listener) = try await makeListener(dir, disableTLS: true)
+            let (db, listener) = try await makeListener(dir, disableTLS: true, rest: true)
             let port = try #require(listener.port)
             let expected = "Basic realm=\"\(URLEndpointListener.authenticationRealm)\", charset=\"UTF-8\""
             let upgrade = "GET /server/_blipsync HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: Upgrade\r\n"

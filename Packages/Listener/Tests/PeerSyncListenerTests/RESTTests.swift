@@ -1,4 +1,5 @@
 import Foundation
+import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncListener
@@ -9,7 +10,7 @@ import Testing
 @Suite struct RESTTests {
     @Test func documentLifecycleChangesAndInfo() async throws {
         try await withTempDirectory { dir in
-            let (db, listener) = try await makeListener(dir, disableTLS: true)
+            let (db, listener) = try await makeListener(dir, disableTLS: true, rest: true)
             let port = try #require(listener.port)
             let auth = basic("alice", "secret")
 
@@ -90,6 +91,7 @@ import Testing
             // a plain listener sharing the database.
             var plainConfig = URLEndpointListenerConfiguration(collections: [try serverDB.defaultCollection()])
             plainConfig.disableTLS = true
+            plainConfig.enableREST = true
             plainConfig.networkInterface = "127.0.0.1"
             let plain = try URLEndpointListener(config: plainConfig)
             try await plain.start()
@@ -109,11 +111,71 @@ import Testing
 
     @Test func readOnlyListenerRefusesRESTWrites() async throws {
         try await withTempDirectory { dir in
-            let (db, listener) = try await makeListener(dir, readOnly: true, password: false, disableTLS: true)
+            let (db, listener) = try await makeListener(dir, readOnly: true, password: false, disableTLS: true, rest: true)
             let port = try #require(listener.port)
             #expect(try await httpRequest(port: port, "PUT", "/server/x", body: "{}").status == 403)
             #expect(try await httpRequest(port: port, "GET", "/server").status == 200)
             await listener.stop()
+            try await db.close()
+        }
+    }
+
+    /// Like Couchbase Lite's listener, only `_blipsync` is served unless REST is turned on.
+    @Test func restIsOffByDefaultWhileReplicationWorks() async throws {
+        try await withTempDirectory { dir in
+            let serverDB = try await openDatabase(dir, "server")
+            var config = URLEndpointListenerConfiguration(collections: [try serverDB.defaultCollection()])
+            #expect(config.enableREST == false)
+            config.disableTLS = true
+            config.networkInterface = "127.0.0.1"
+            config.authenticator = ListenerPasswordAuthenticator.matching(username: "alice", password: "secret")
+            let listener = try URLEndpointListener(config: config)
+            try await listener.start()
+            let port = try #require(listener.port)
+            var doc = MutableDocument(id: "seed", data: ["v": 1])
+            try await serverDB.defaultCollection().save(document: &doc)
+            let auth = basic("alice", "secret")
+            #expect(try await httpRequest(port: port, "GET", "/server", headers: [auth]).status == 404)
+            #expect(try await httpRequest(port: port, "GET", "/server/seed", headers: [auth]).status == 404)
+            #expect(try await httpRequest(port: port, "PUT", "/server/x", body: "{}", headers: [auth]).status == 404)
+            #expect(try await serverDB.defaultCollection().document(id: "x") == nil)
+            let clientDB = try await openDatabase(dir, "client")
+            let status = try await runToCompletion(try Replicator(config: try replicatorConfig(clientDB, listener, type: .pull)))
+            #expect(status.error == nil, "\(String(describing: status.error))")
+            #expect(try await clientDB.defaultCollection().document(id: "seed") != nil)
+            await listener.stop()
+            try await clientDB.close()
+            try await serverDB.close()
+        }
+    }
+
+    /// The default URL name is the database name made valid; explicit names must follow the rule.
+    @Test func databaseNamesFollowCouchbaseLitesRule() async throws {
+        #expect(URLEndpointListener.defaultDatabaseName(for: "L") == "l")
+        #expect(URLEndpointListener.defaultDatabaseName(for: "My Tasks") == "my_tasks")
+        #expect(URLEndpointListener.defaultDatabaseName(for: "2024") == "db2024")
+        #expect(URLEndpointListener.defaultDatabaseName(for: "_x") == "db_x")
+        #expect(URLEndpointListener.defaultDatabaseName(for: "") == "db")
+        #expect(URLEndpointListener.defaultDatabaseName(for: "café.db") == "caf__db")
+        #expect(URLEndpointListener.defaultDatabaseName(for: "a-b_c$(d)+e") == "a-b_c$(d)+e")
+        for name in ["L", "My Tasks", "2024", "_x", "", "café.db", "a/b"] {
+            #expect(URLEndpointListener.isValidDatabaseName(URLEndpointListener.defaultDatabaseName(for: name)))
+        }
+        for bad in ["Server", "1db", "_db", "a b", "a/b", "a.b", ""] {
+            #expect(!URLEndpointListener.isValidDatabaseName(bad), "\(bad)")
+        }
+        try await withTempDirectory { dir in
+            let db = try await Database(path: dir + "/My Tasks", config: DatabaseConfiguration(directory: dir, backend: storageBackend()))
+            var config = URLEndpointListenerConfiguration(collections: [try db.defaultCollection()])
+            config.disableTLS = true
+            config.networkInterface = "127.0.0.1"
+            let listener = try URLEndpointListener(config: config)
+            try await listener.start()
+            #expect(listener.urls.first?.path == "/my_tasks")
+            await listener.stop()
+            config.databaseName = "Tasks"
+            let error = #expect(throws: PeerSyncError.self) { try URLEndpointListener(config: config) }
+            #expect(error?.code == .invalidArgument && error?.message.contains("[a-z][a-z0-9_$()+-]*") == true)
             try await db.close()
         }
     }

@@ -53,11 +53,13 @@ func eventually(timeout: Duration = .seconds(30), _ condition: () async throws -
     return try await condition()
 }
 
-/// A started TLS listener with password auth on the default collection of a new database.
+/// A started TLS listener with password auth on the default collection of a new database;
+/// `rest` turns on its REST API.
 func makeListener(_ dir: String, name: String = "server", readOnly: Bool = false, password: Bool = true,
-                  disableTLS: Bool = false, port: Int = 0) async throws -> (Database, URLEndpointListener) {
+                  disableTLS: Bool = false, port: Int = 0, rest: Bool = false) async throws -> (Database, URLEndpointListener) {
     let db = try await openDatabase(dir, name)
     var config = URLEndpointListenerConfiguration(collections: [try db.defaultCollection()])
+    config.enableREST = rest
     config.readOnly = readOnly
     config.disableTLS = disableTLS
     config.port = port

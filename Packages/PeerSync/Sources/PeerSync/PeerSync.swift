@@ -40,6 +40,34 @@ public enum StorageBackends {
     public static func detect(in directory: String) -> (any StorageBackend)? {
         all.first { $0.hasStore(in: directory) }
     }
+
+    /// The backend to open the database folder `directory` with — the one rule that keeps a
+    /// folder from ever holding two databases: the backend whose store is already in the
+    /// folder; for a new database `requested`, else ``default``.
+    ///
+    /// Throws `.invalidArgument` when `requested` names another backend than the existing
+    /// store's (context `backend`: the existing backend's name, `requested`: the requested
+    /// one), or when the folder already holds stores of several backends (context
+    /// `backends`, comma-separated). Reads the folder only; creates nothing.
+    public static func backend(forDatabaseAt directory: String,
+                               requested: (any StorageBackend)? = nil) throws(PeerSyncError) -> any StorageBackend {
+        let existing = all.filter { $0.hasStore(in: directory) }
+        if existing.count > 1 {
+            let names = existing.map(\.name).joined(separator: ", ")
+            throw PeerSyncError(.invalidArgument,
+                                "the folder \(directory) holds databases of several backends (\(names)); keep one",
+                                context: ["backends": names])
+        }
+        if let found = existing.first {
+            if let requested, requested.name != found.name {
+                throw PeerSyncError(.invalidArgument,
+                                    "the database in \(directory) uses the \(found.name) backend, not \(requested.name)",
+                                    context: ["backend": found.name, "requested": requested.name])
+            }
+            return found
+        }
+        return requested ?? `default`
+    }
 }
 
 extension DatabaseConfiguration {
