@@ -551,7 +551,8 @@ actor ReplicationSession {
     }
 
     /// The document error for a proposal the peer refused with 409, or nil when this session
-    /// also pulls the collection and the peer's revision is new here: the pull brings it, the
+    /// also pulls the collection (without a pull filter, which might drop the peer's revision)
+    /// and the peer's revision is new here: the pull brings it, the
     /// resolver settles the conflict, and the resolution is pushed (in a one-shot run, by the
     /// push that follows the pull) — a transient refusal, not an error. A peer revision that
     /// is already known here lies on a branch this database resolved away: only a sync in
@@ -561,7 +562,7 @@ actor ReplicationSession {
         -> PeerSyncError? {
         var known: RevisionInfo?
         if let serverRev { known = try await sc.collection.revisions(of: p.docID)?.revision(serverRev) }
-        if pullStates[index] != nil, known == nil { return nil }
+        if pullStates[index] != nil, known == nil, sc.config.pullFilter == nil { return nil }
         let reason = known != nil
             ? "the peer's current revision \(serverRev?.description ?? "-") is on a branch this database resolved away; it converges when the peer pulls from this database"
             : "the peer has a conflicting revision \(serverRev?.description ?? "-"); pull to resolve it"
