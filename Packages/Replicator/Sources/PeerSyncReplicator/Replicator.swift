@@ -249,14 +249,28 @@ public final class Replicator: Sendable {
     }
 
     /// Status changes as an async stream (ends when the consumer stops iterating).
+    ///
+    /// Its first element replays the status at the time of the call — so a stream created
+    /// after ``start(reset:)`` misses nothing of the current state — followed by every later
+    /// change, in order, none equal to the one before. Created before ``start(reset:)`` (or
+    /// after the replicator stopped), the replayed first element is `.stopped`: a consumer
+    /// that waits for `.stopped` should create the stream after starting.
     public func changes() -> AsyncStream<ReplicatorChange> {
         let (stream, continuation) = AsyncStream.makeStream(of: ReplicatorChange.self)
-        let token = addChangeListener { continuation.yield($0) }
-        continuation.onTermination = { _ in token.remove() }
+        let id = state.withLock { s in
+            let id = s.nextID
+            s.nextID += 1
+            s.statusListeners[id] = { continuation.yield($0) }
+            // Under the lock: every later change is enqueued after this replay.
+            continuation.yield(ReplicatorChange(replicator: self, status: s.status))
+            return id
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.state.withLock { $0.statusListeners.removeValue(forKey: id) } }
         return stream
     }
 
-    /// Document replication events as an async stream.
+    /// Document replication events as an async stream. It has no replay: it yields the events
+    /// of documents replicated after the call, not those before.
     public func documentReplications() -> AsyncStream<DocumentReplication> {
         let (stream, continuation) = AsyncStream.makeStream(of: DocumentReplication.self)
         let token = addDocumentReplicationListener { continuation.yield($0) }

@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 
 /// Life cycle and events: closing the database stops its replicators, status listeners hear
-/// only changes, `waitUntilStopped()` waits for the listeners.
+/// only changes, `waitUntilStopped()` waits for the listeners, `changes()` replays.
 @Suite struct LifecycleTests {
     /// A continuous replicator to `passive` with a connector that counts its attempts.
     private static func continuousReplicator(_ active: Peer, to passive: Peer, attempts: Counter) throws -> Replicator {
@@ -129,6 +129,34 @@ import Testing
             #expect(try await eventually(.seconds(60)) { replicator.status.activity == .stopped })
             await replicator.waitUntilStopped()
             #expect(recorded.withLock { $0.last } == .stopped)
+        }
+    }
+
+    /// A status stream created while running yields the current status first (a replay),
+    /// then the changes that follow.
+    @Test
+    func changesReplaysTheCurrentStatus() async throws {
+        try await withPeers(2) { p in
+            try p[1].listen()
+            let replicator = try Self.continuousReplicator(p[0], to: p[1], attempts: Counter())
+            replicator.start()
+            #expect(try await eventually(.seconds(60)) { replicator.status.activity == .idle })
+            let stream = replicator.changes()
+            replicator.stop()
+            var seen: [ReplicatorActivityLevel] = []
+            for await change in stream {
+                seen.append(change.status.activity)
+                if change.status.activity == .stopped { break }
+            }
+            #expect(seen.first == .idle)
+            #expect(seen.last == .stopped)
+            // Created after the stop, the replay is the final status, ahead of the next run's.
+            var iterator = replicator.changes().makeAsyncIterator()
+            replicator.start()
+            #expect(await iterator.next()?.status.activity == .stopped)
+            #expect(await iterator.next()?.status.activity == .connecting)
+            replicator.stop()
+            await replicator.waitUntilStopped()
         }
     }
 }
