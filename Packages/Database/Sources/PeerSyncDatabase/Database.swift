@@ -78,7 +78,7 @@ public final class Database: Sendable, CustomStringConvertible {
     let notificationQueue: DispatchQueue
     let blobStore: BlobStore
     let notifier: ChangeNotifier
-    private let state: Mutex<OpenState>
+    let state: Mutex<OpenState>
     /// State only touched on `queue`.
     private let housekeeping = QueueConfined(Housekeeping())
 
@@ -87,6 +87,10 @@ public final class Database: Sendable, CustomStringConvertible {
         // created, scheduled and cancelled while holding the `state` mutex or on `queue`.
         var storage: (any Storage)?
         var timer: (any DispatchSourceTimer)?
+        /// Set when ``close()`` begins: no new ``ActiveStoppable`` may register.
+        var closing = false
+        /// Replicators and listeners using the database (see ``addActiveStoppable(_:stop:)``).
+        var stoppables: [ObjectIdentifier: ActiveStoppable] = [:]
     }
 
     struct Housekeeping {
@@ -325,9 +329,14 @@ public final class Database: Sendable, CustomStringConvertible {
 
     // MARK: Closing and deleting
 
-    /// Closes the database: finishes change streams, stops timers, closes the storage. Later
-    /// calls on the database or its collections throw `.closed`. Idempotent.
+    /// Closes the database. First, as Couchbase Lite does, it stops the replicators and
+    /// listeners using it (everything registered with ``addActiveStoppable(_:stop:)``) and
+    /// waits until they have stopped — a replicator stopped this way ends `.stopped` without an
+    /// error; from then on none can start on it (`.closed`). Then it finishes change streams,
+    /// stops timers and closes the storage. Later calls on the database or its collections
+    /// throw `.closed`. Idempotent; a concurrent second call also waits for the users to stop.
     public func close() async throws {
+        await stopActiveStoppables()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             queue.async {
                 let (storage, timer) = self.state.withLock { state in

@@ -76,7 +76,9 @@ public struct URLEndpointListenerConnectionStatus: Sendable, Hashable {
 ///   affect the others.
 ///
 /// Thread-safe: every method may be called from any task. ``start()`` and ``stop()`` are
-/// serialized; ``stop()`` closes every replication connection.
+/// serialized; ``stop()`` closes every replication connection. While running, the listener
+/// is registered with its database: `Database.close()` stops it first (as ``stop()`` does),
+/// and starting it on a closed database throws `.closed`.
 public final class URLEndpointListener: Sendable {
     public typealias ConnectionStatus = URLEndpointListenerConnectionStatus
 
@@ -93,6 +95,8 @@ public final class URLEndpointListener: Sendable {
         var nextSession: UInt64 = 0
         var restInFlight = 0
         var generation = 0
+        /// The registration with the database while running.
+        var stoppable: ActiveStoppable?
     }
 
     private let state = Mutex(State())
@@ -189,74 +193,90 @@ public final class URLEndpointListener: Sendable {
     }
 
     /// Starts listening. Throws `.addressInUse` when the port is taken, `.listenerState` when
-    /// already running, identity errors from PeerSyncAuth.
+    /// already running, `.closed` when the database is closed, identity errors from PeerSyncAuth.
     public func start() async throws {
         try await lifecycle.withLock {
             if state.withLock({ $0.server != nil }) {
                 throw PeerSyncError(.listenerState, "the listener is already running")
             }
-            var serverConfig = WebSocketServerConfiguration()
-            var identity: TLSIdentity?
-            if !config.disableTLS {
-                let id = try config.tlsIdentity ?? AnonymousIdentity.loadOrCreate(databasePath: database.path)
-                identity = id
-                if let certAuth = config.authenticator as? ListenerCertificateAuthenticator {
-                    serverConfig.tls = certAuth.tlsConfiguration(identity: id)
-                } else {
-                    serverConfig.tls = .server(identity: id)
-                }
+            let stoppable = try database.addActiveStoppable("listener for \(databaseName)") { [weak self] in
+                await self?.stop()
             }
-            serverConfig.port = config.port
-            if let iface = config.networkInterface {
-                if iface.contains(".") || iface.contains(":") {
-                    serverConfig.host = iface
-                } else {
-                    serverConfig.interface = iface
-                }
+            do {
+                try await startServer(stoppable)
+            } catch {
+                stoppable.remove()
+                throw error
             }
-            let generation = state.withLock { s -> Int in
-                s.generation += 1
-                return s.generation
-            }
-            let route = WebSocketRoute(
-                path: "/\(databaseName)/_blipsync",
-                subprotocols: Self.subprotocols,
-                requireSubprotocol: true,
-                authenticate: passwordHook(),
-                onConnection: { [weak self] connection in
-                    guard let self else {
-                        await connection.close(code: .goingAway, reason: "the listener stopped")
-                        return
-                    }
-                    await self.serve(connection, generation: generation)
-                })
-            let rest: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> HTTPResponse)?
-            if config.enableREST {
-                let handler = RESTHandler(listener: self)
-                rest = { request, _ in await handler.handle(request) }
-            } else {
-                rest = nil
-            }
-            let server = try await WebSocketServer.start(configuration: serverConfig, routes: [route], httpHandler: rest)
-            state.withLock { s in
-                s.server = server
-                s.identity = identity
-            }
-            Logger(.network).info("listener for \(databaseName) on port \(server.port) (\(config.disableTLS ? "ws" : "wss"))")
         }
+    }
+
+    /// The body of ``start()``, under the life-cycle lock.
+    private func startServer(_ stoppable: ActiveStoppable) async throws {
+        var serverConfig = WebSocketServerConfiguration()
+        var identity: TLSIdentity?
+        if !config.disableTLS {
+            let id = try config.tlsIdentity ?? AnonymousIdentity.loadOrCreate(databasePath: database.path)
+            identity = id
+            if let certAuth = config.authenticator as? ListenerCertificateAuthenticator {
+                serverConfig.tls = certAuth.tlsConfiguration(identity: id)
+            } else {
+                serverConfig.tls = .server(identity: id)
+            }
+        }
+        serverConfig.port = config.port
+        if let iface = config.networkInterface {
+            if iface.contains(".") || iface.contains(":") {
+                serverConfig.host = iface
+            } else {
+                serverConfig.interface = iface
+            }
+        }
+        let generation = state.withLock { s -> Int in
+            s.generation += 1
+            return s.generation
+        }
+        let route = WebSocketRoute(
+            path: "/\(databaseName)/_blipsync",
+            subprotocols: Self.subprotocols,
+            requireSubprotocol: true,
+            authenticate: passwordHook(),
+            onConnection: { [weak self] connection in
+                guard let self else {
+                    await connection.close(code: .goingAway, reason: "the listener stopped")
+                    return
+                }
+                await self.serve(connection, generation: generation)
+            })
+        let rest: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> HTTPResponse)?
+        if config.enableREST {
+            let handler = RESTHandler(listener: self)
+            rest = { request, _ in await handler.handle(request) }
+        } else {
+            rest = nil
+        }
+        let server = try await WebSocketServer.start(configuration: serverConfig, routes: [route], httpHandler: rest)
+        state.withLock { s in
+            s.server = server
+            s.identity = identity
+            s.stoppable = stoppable
+        }
+        Logger(.network).info("listener for \(databaseName) on port \(server.port) (\(config.disableTLS ? "ws" : "wss"))")
     }
 
     /// Stops accepting, closes every replication connection and waits until their sessions
     /// have ended. Idempotent.
     public func stop() async {
         await lifecycle.withLock {
-            let (server, sessions) = state.withLock { s -> (WebSocketServer?, [PassiveReplicationSession]) in
-                let out = (s.server, Array(s.sessions.values))
+            let (server, sessions, stoppable) = state.withLock { s in
+                let out = (s.server, Array(s.sessions.values), s.stoppable)
                 s.server = nil
                 s.identity = nil
+                s.stoppable = nil
                 s.generation += 1
                 return out
             }
+            defer { stoppable?.remove() }
             await server?.stop()
             await withTaskGroup(of: Void.self) { group in
                 for session in sessions { group.addTask { await session.stop() } }

@@ -90,8 +90,9 @@ public struct ReplicatorProgress: Sendable, Hashable {
     public var total: Int
 }
 
-/// A snapshot of a replicator's state.
-public struct ReplicatorStatus: Sendable {
+/// A snapshot of a replicator's state. Two statuses are equal when activity, progress and
+/// error are.
+public struct ReplicatorStatus: Sendable, Hashable {
     public var activity: ReplicatorActivityLevel
     public var progress: ReplicatorProgress
     /// The last error (a stopped replicator keeps the one that stopped it).
@@ -114,7 +115,11 @@ public final class ReplicatorListenerToken: Sendable {
 /// Replicates a database with a peer (Couchbase Lite's `Replicator`).
 ///
 /// Thread-safe; all methods may be called from any task. Listeners are called on an
-/// internal serial queue, in order. One-shot replicators stop (activity `.stopped`, `error`
+/// internal serial queue, in order; a status listener is called only when the status
+/// (activity, progress or error) changed, so no two consecutive calls carry equal statuses.
+/// The replicator registers itself with its database while running: `Database.close()`
+/// stops it first (it ends `.stopped`, no error), and starting it on a closed database stops
+/// it at once with `.closed`. One-shot replicators stop (activity `.stopped`, `error`
 /// nil) once both directions are caught up; continuous ones go `.idle` and pick up changes
 /// on either side. Transient failures (refused, reset, timeouts, 5xx, peer closed) are
 /// retried with exponential backoff (1 s, 2 s, 4 s … capped by `maxAttemptWaitTime`, at most
@@ -133,6 +138,10 @@ public final class Replicator: Sendable {
         var nextID: UInt64 = 1
         var serverCertificate: [UInt8]?
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
+        /// The registration with the database while running (removed when the run ends).
+        var stoppable: ActiveStoppable?
+        /// The status listeners were last given (nil before the first notification).
+        var lastNotified: ReplicatorStatus?
     }
 
     private let state = Mutex(State())
@@ -163,18 +172,34 @@ public final class Replicator: Sendable {
     public var serverCertificate: [UInt8]? { state.withLock { $0.serverCertificate } }
 
     /// Starts replicating; does nothing if already running. With `reset`, checkpoints are
-    /// ignored and everything is compared again.
+    /// ignored and everything is compared again. On a closed (or closing) database the
+    /// replicator does not run: it stops at once, its status `.stopped` with a `.closed` error.
     public func start(reset: Bool = false) {
-        let generation: Int? = state.withLock { s in
-            guard s.task == nil else { return nil }
+        let database = config.collectionConfigurations[0].collection.database
+        let description = "replicator to \(config.target)"
+        state.withLock { s in
+            guard s.task == nil else { return }
             s.generation += 1
+            let generation = s.generation
+            let stoppable: ActiveStoppable
+            do throws(PeerSyncError) {
+                // Lock order: the replicator's state, then the database's registry.
+                stoppable = try database.addActiveStoppable(description) { [weak self] in
+                    guard let self else { return }
+                    self.stop()
+                    await self.waitUntilStopped()
+                }
+            } catch {
+                s.status = ReplicatorStatus(activity: .stopped, progress: .init(completed: 0, total: 0), error: error)
+                notifyStatusLocked(&s)
+                return
+            }
+            s.stoppable = stoppable
             s.status = ReplicatorStatus(activity: .connecting, progress: .init(completed: 0, total: 0), error: nil)
-            return s.generation
+            notifyStatusLocked(&s)
+            // Created under the lock so that a stop() right after start() finds the task.
+            s.task = Task { await self.runLoop(reset: reset, generation: generation) }
         }
-        guard let generation else { return }
-        notifyStatus()
-        let task = Task { await self.runLoop(reset: reset, generation: generation) }
-        state.withLock { s in if s.generation == generation && s.status.activity != .stopped { s.task = task } }
     }
 
     /// Stops replicating (asynchronously; the status becomes `.stopped`).
@@ -183,15 +208,19 @@ public final class Replicator: Sendable {
         task?.cancel()
     }
 
-    /// Waits until the replicator is stopped.
+    /// Waits until the replicator is stopped and its listeners have been given the `.stopped`
+    /// status (listeners registered when it stopped have returned from that call).
     public func waitUntilStopped() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let stopped = state.withLock { s -> Bool in
-                if s.status.activity == .stopped && s.task == nil { return true }
+                if s.task == nil { return true }
                 s.stopWaiters.append(c)
                 return false
             }
-            if stopped { c.resume() }
+            // Resumed on the listener queue, after the `.stopped` notification (notifications
+            // are enqueued under the state lock, in order; the run enqueues it before clearing
+            // `task`).
+            if stopped { queue.async { c.resume() } }
         }
     }
 
@@ -220,14 +249,28 @@ public final class Replicator: Sendable {
     }
 
     /// Status changes as an async stream (ends when the consumer stops iterating).
+    ///
+    /// Its first element replays the status at the time of the call — so a stream created
+    /// after ``start(reset:)`` misses nothing of the current state — followed by every later
+    /// change, in order, none equal to the one before. Created before ``start(reset:)`` (or
+    /// after the replicator stopped), the replayed first element is `.stopped`: a consumer
+    /// that waits for `.stopped` should create the stream after starting.
     public func changes() -> AsyncStream<ReplicatorChange> {
         let (stream, continuation) = AsyncStream.makeStream(of: ReplicatorChange.self)
-        let token = addChangeListener { continuation.yield($0) }
-        continuation.onTermination = { _ in token.remove() }
+        let id = state.withLock { s in
+            let id = s.nextID
+            s.nextID += 1
+            s.statusListeners[id] = { continuation.yield($0) }
+            // Under the lock: every later change is enqueued after this replay.
+            continuation.yield(ReplicatorChange(replicator: self, status: s.status))
+            return id
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.state.withLock { $0.statusListeners.removeValue(forKey: id) } }
         return stream
     }
 
-    /// Document replication events as an async stream.
+    /// Document replication events as an async stream. It has no replay: it yields the events
+    /// of documents replicated after the call, not those before.
     public func documentReplications() -> AsyncStream<DocumentReplication> {
         let (stream, continuation) = AsyncStream.makeStream(of: DocumentReplication.self)
         let token = addDocumentReplicationListener { continuation.yield($0) }
@@ -275,17 +318,21 @@ public final class Replicator: Sendable {
     // MARK: Running
 
     private func setStatus(_ change: (inout ReplicatorStatus) -> Void) {
-        let changed = state.withLock { s -> Bool in
-            let before = s.status.activity
+        state.withLock { s in
             change(&s.status)
-            return true || before != s.status.activity
+            notifyStatusLocked(&s)
         }
-        if changed { notifyStatus() }
     }
 
-    private func notifyStatus() {
-        let (status, listeners) = state.withLock { ($0.status, Array($0.statusListeners.values)) }
-        let change = ReplicatorChange(replicator: self, status: status)
+    /// Enqueues the current status for the status listeners unless it equals the last one
+    /// enqueued. Called with the state lock held, so notifications are enqueued in the order
+    /// of the changes.
+    private func notifyStatusLocked(_ s: inout State) {
+        guard s.status != s.lastNotified else { return }
+        s.lastNotified = s.status
+        let listeners = Array(s.statusListeners.values)
+        guard !listeners.isEmpty else { return }
+        let change = ReplicatorChange(replicator: self, status: s.status)
         queue.async { for l in listeners { l(change) } }
     }
 
@@ -360,15 +407,18 @@ public final class Replicator: Sendable {
                 do { try await Task.sleep(for: .milliseconds(Int(seconds * 1000))) } catch { break }
             }
         }
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+        state.withLock { s in
             s.status.activity = .stopped
             if let finalError { s.status.error = finalError }
+            notifyStatusLocked(&s)
             s.task = nil
-            let w = s.stopWaiters
+            s.stoppable?.remove()
+            s.stoppable = nil
+            // After the `.stopped` notification on the serial queue: waiters return once the
+            // listeners have been given it.
+            let waiters = s.stopWaiters
             s.stopWaiters = []
-            return w
+            if !waiters.isEmpty { queue.async { for w in waiters { w.resume() } } }
         }
-        notifyStatus()
-        for w in waiters { w.resume() }
     }
 }
