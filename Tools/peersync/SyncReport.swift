@@ -7,9 +7,9 @@ import Synchronization
 /// What `peersync sync` prints on stdout: one line per conflict as soon as it is resolved
 /// (`conflict on task-2 resolved (merge): merged local 2-3ddfcb89 and remote 2-9a036455`) and,
 /// when the replication completed, one summary line
-/// (`sync complete: pushed 2, pulled 1 revisions, 1 conflict resolved`: document revisions
-/// transferred without error — a resolved conflict also pushes the tombstone that closes the
-/// losing branch, so one document may count twice).
+/// (`sync complete: pushed 1, pulled 1 revisions, 1 conflict resolved`: document revisions
+/// transferred without error; a resolved conflict pushes one revision, the resolution — the
+/// tombstone closing the local losing branch stays local).
 ///
 /// Conflicts are detected where they are resolved: the configured resolver is wrapped
 /// (``ReportingConflictResolver``) and records its decision; the line is printed when the
