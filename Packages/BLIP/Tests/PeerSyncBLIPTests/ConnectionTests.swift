@@ -133,7 +133,8 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         #expect(refused.isError && refused.bodyString.contains("contains NUL"))
         let reply = try await client.sendRequest(.request("echo", properties: ["n": "ok"]))
         #expect(reply.properties["n"] == "ok")
-        #expect(!(await client.isClosed) && !(await server.isClosed))
+        let clientClosed = await client.isClosed, serverClosed = await server.isClosed
+        #expect(!clientClosed && !serverClosed)
         await client.close()
         #expect(await server.waitUntilClosed() == .normal)
     }

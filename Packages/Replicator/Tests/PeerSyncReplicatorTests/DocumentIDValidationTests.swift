@@ -77,7 +77,8 @@ import Testing
                 #expect(!stored.isError, "\(stored.bodyString)")
             }
             #expect(try await c.documentIDs() == ["good1", "good2"])
-            #expect(!(await blip.isClosed))
+            let closed = await blip.isClosed
+            #expect(!closed)
             await blip.close()
         }
     }
