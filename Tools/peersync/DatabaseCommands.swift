@@ -142,7 +142,7 @@ enum DatabaseCommands {
                 lineNumber += 1
                 if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
                 do {
-                    let value = try JSONValue(parsing: line)
+                    let value = try JSONValue(parsing: line, options: .strict)
                     guard case .object(var properties) = value else {
                         throw PeerSyncError(.invalidArgument, "a document must be a JSON object")
                     }

@@ -218,6 +218,7 @@ public actor BLIPConnection {
     /// request. Requests marked `.noReply` return an empty response as soon as they are queued.
     public func sendRequest(_ request: BLIPMessage, timeout: Duration, waitingFor what: String) async throws -> BLIPMessage {
         if let reason = closeReason { throw Self.error(for: reason) }
+        try request.properties.checkSendable()
         var message = request
         message.type = .request
         message.number = nextRequestNumber
@@ -316,6 +317,7 @@ public actor BLIPConnection {
     /// ``BLIPIncomingResponse/body`` with backpressure. `.noReply` is ignored.
     public func sendRequestStreamingResponse(_ request: BLIPMessage, body: BLIPBodySource? = nil) async throws -> BLIPIncomingResponse {
         if let reason = closeReason { throw Self.error(for: reason) }
+        try request.properties.checkSendable()
         var message = request
         message.type = .request
         message.flags.remove(.noReply)
@@ -330,6 +332,7 @@ public actor BLIPConnection {
 
     private func send(_ request: BLIPMessage, body: BLIPBodySource?) async throws -> BLIPMessage {
         if let reason = closeReason { throw Self.error(for: reason) }
+        try request.properties.checkSendable()
         var message = request
         message.type = .request
         message.number = nextRequestNumber
@@ -838,6 +841,11 @@ public actor BLIPConnection {
             response = .error(domain: "BLIP", code: 404, message: "no handler for message")
         }
         guard !request.noReply, closeReason == nil else { return }
+        do { try response.properties.checkSendable() } catch {
+            // A handler's answer that cannot be framed: the peer gets an error instead.
+            response = Self.errorResponse(for: error)
+            bodySource = nil
+        }
         if response.type == .request { response.type = .response }
         response.number = request.message.number
         // Responses keep the request's urgency, as LiteCore does.

@@ -71,6 +71,17 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
         for (k, v) in pairs { hasher.combine(k); hasher.combine(v) }
     }
 
+    /// Throws ``PeerSyncError/Code/invalidArgument`` when a key or value contains NUL: NUL
+    /// separates properties on the wire, so such a message would reach the peer malformed
+    /// (an odd number of strings, or shifted pairs). Every send checks this first.
+    public func checkSendable() throws(PeerSyncError) {
+        for (k, v) in pairs where k.utf8.contains(0) || v.utf8.contains(0) {
+            let which = k.utf8.contains(0) ? "name" : "value"
+            throw PeerSyncError(.invalidArgument, "BLIP property \(which) contains NUL, which the protocol cannot carry",
+                                context: ["property": k.replacingOccurrences(of: "\u{0}", with: "\\u{0}")])
+        }
+    }
+
     /// `key NUL value NUL ...`
     func encoded() -> [UInt8] {
         var out: [UInt8] = []

@@ -102,6 +102,43 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         #expect(await server.waitUntilClosed() == .normal)
     }
 
+    /// Issue 9: NUL separates properties on the wire, so a property holding one would reach
+    /// the peer malformed ("odd number of strings") and kill the connection. Sending such a
+    /// request throws a clear error instead and sends nothing; a handler's response holding
+    /// one becomes an error response. The connection stays usable either way.
+    @Test func propertiesWithNULAreRefusedBeforeSending() async throws {
+        let (client, server, _, _) = try await connected()
+        await server.setHandler(profile: "echo") { request in
+            BLIPMessage(type: .response, properties: ["n": request.properties["n"] ?? ""])
+        }
+        await server.setHandler(profile: "bad") { _ in
+            BLIPMessage(type: .response, properties: ["id": "a\u{0}b"])
+        }
+        await client.start()
+        await server.start()
+        for request in [BLIPMessage.request("echo", properties: ["id": "a\u{0}b"]),
+                        .request("echo", properties: [("bad\u{0}name", "x")]),
+                        .request("echo", properties: ["id": "\u{0}"], flags: .noReply)] {
+            let error = await #expect(throws: PeerSyncError.self) { try await client.sendRequest(request) }
+            #expect(error?.code == .invalidArgument)
+            #expect(error?.message.contains("contains NUL") == true)
+        }
+        await #expect(throws: PeerSyncError.self) {
+            try await client.sendRequest(.request("echo", properties: ["id": "a\u{0}b"]), timeout: .seconds(5), waitingFor: "echo")
+        }
+        await #expect(throws: PeerSyncError.self) {
+            try await client.sendRequestStreamingResponse(.request("echo", properties: ["id": "a\u{0}b"]))
+        }
+        let refused = try await client.sendRequest(.request("bad"))
+        #expect(refused.isError && refused.bodyString.contains("contains NUL"))
+        let reply = try await client.sendRequest(.request("echo", properties: ["n": "ok"]))
+        #expect(reply.properties["n"] == "ok")
+        let clientClosed = await client.isClosed, serverClosed = await server.isClosed
+        #expect(!clientClosed && !serverClosed)
+        await client.close()
+        #expect(await server.waitUntilClosed() == .normal)
+    }
+
     @Test func manyConcurrentRequestsCompressedAndNot() async throws {
         let (client, server, _, _) = try await connected()
         await server.setHandler(profile: "sum") { request in

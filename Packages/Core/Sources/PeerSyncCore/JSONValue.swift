@@ -195,19 +195,31 @@ extension JSONValue {
     public struct ParseOptions: Sendable {
         /// Maximum nesting of arrays and objects (default 256).
         public var maxDepth: Int = 256
-        public init(maxDepth: Int = 256) { self.maxDepth = maxDepth }
+        /// Throw ``PeerSyncError/Code/invalidJSON`` for an object with the same key twice
+        /// (default false: the last one wins). Keys are compared as Swift strings, i.e. up to
+        /// Unicode canonical equivalence — exactly the keys that would otherwise overwrite
+        /// each other. Used where users hand in documents (CLI, REST), so that
+        /// `{"a":1,"a":2}` is an error rather than silently `{"a":2}`.
+        public var rejectsDuplicateKeys: Bool = false
+        public init(maxDepth: Int = 256, rejectsDuplicateKeys: Bool = false) {
+            self.maxDepth = maxDepth
+            self.rejectsDuplicateKeys = rejectsDuplicateKeys
+        }
+        /// The options for documents from users: duplicate keys are an error.
+        public static let strict = ParseOptions(rejectsDuplicateKeys: true)
     }
 
     /// Parses JSON text (RFC 8259). Throws ``PeerSyncError/Code/invalidJSON`` with the byte
-    /// offset of the problem. Duplicate object keys: the last one wins.
+    /// offset of the problem. Duplicate object keys: the last one wins, unless
+    /// ``ParseOptions/rejectsDuplicateKeys`` is set.
     public init(parsing bytes: some Collection<UInt8>, options: ParseOptions = ParseOptions()) throws(PeerSyncError) {
         let result: Result<JSONValue, PeerSyncError> = bytes.withContiguousStorageIfAvailable { buffer in
-            var parser = JSONParser(buffer: buffer, maxDepth: options.maxDepth)
+            var parser = JSONParser(buffer: buffer, options: options)
             return Result { () throws(PeerSyncError) in try parser.parseDocument() }
         } ?? {
             let array = Array(bytes)
             return array.withUnsafeBufferPointer { buffer in
-                var parser = JSONParser(buffer: buffer, maxDepth: options.maxDepth)
+                var parser = JSONParser(buffer: buffer, options: options)
                 return Result { () throws(PeerSyncError) in try parser.parseDocument() }
             }
         }()
@@ -218,7 +230,7 @@ extension JSONValue {
     public init(parsing text: String, options: ParseOptions = ParseOptions()) throws(PeerSyncError) {
         var text = text
         let result: Result<JSONValue, PeerSyncError> = text.withUTF8 { buffer in
-            var parser = JSONParser(buffer: buffer, maxDepth: options.maxDepth)
+            var parser = JSONParser(buffer: buffer, options: options)
             return Result { () throws(PeerSyncError) in try parser.parseDocument() }
         }
         self = try result.get()
@@ -228,12 +240,14 @@ extension JSONValue {
 struct JSONParser {
     let buffer: UnsafeBufferPointer<UInt8>
     let maxDepth: Int
+    let rejectsDuplicateKeys: Bool
     var index = 0
     var depth = 0
 
-    init(buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+    init(buffer: UnsafeBufferPointer<UInt8>, options: JSONValue.ParseOptions) {
         self.buffer = buffer
-        self.maxDepth = maxDepth
+        self.maxDepth = options.maxDepth
+        self.rejectsDuplicateKeys = options.rejectsDuplicateKeys
     }
 
     mutating func parseDocument() throws(PeerSyncError) -> JSONValue {
@@ -301,7 +315,12 @@ struct JSONParser {
             guard index < buffer.count, buffer[index] == UInt8(ascii: "\"") else {
                 throw error("expected a string key")
             }
+            let keyOffset = index
             let key = try parseString()
+            if rejectsDuplicateKeys && object[key] != nil {
+                throw PeerSyncError(.invalidJSON, "duplicate key \"\(key)\" in a JSON object",
+                                    context: ["offset": String(keyOffset)])
+            }
             skipWhitespace()
             guard index < buffer.count, buffer[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1

@@ -42,7 +42,7 @@ extension PeerSyncError.Code {
     public static let invalidArgument = Self(rawValue: "invalidArgument")
     /// Malformed JSON text.
     public static let invalidJSON = Self(rawValue: "invalidJSON")
-    /// A document ID that is empty, too long or not UTF-8.
+    /// A document ID that is empty, too long, not UTF-8 or contains a control character.
     public static let invalidDocumentID = Self(rawValue: "invalidDocumentID")
     /// A revision ID that is not `<generation>-<lowercase hex>`.
     public static let invalidRevisionID = Self(rawValue: "invalidRevisionID")

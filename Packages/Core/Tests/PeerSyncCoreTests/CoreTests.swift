@@ -24,6 +24,21 @@ import Testing
         #expect(try JSONValue(parsing: "9223372036854775807") == .int(Int64.max))
     }
 
+    /// Issue 9: user-facing entry points parse with `.strict`, which refuses duplicate keys
+    /// (also when they differ only in Unicode normalisation, as they would overwrite each
+    /// other); the default keeps "last one wins" for the replication path.
+    @Test func strictParsingRefusesDuplicateKeys() throws {
+        #expect(try JSONValue(parsing: #"{"a":1,"a":2}"#) == .object(["a": 2]))
+        for text in [#"{"a":1,"a":2}"#, #"{"x":{"b":true,"b":true}}"#, #"[{"k":1,"j":2,"k":3}]"#, "{\"\u{e9}\":1,\"e\u{301}\":2}"] {
+            let error = #expect(throws: PeerSyncError.self) { try JSONValue(parsing: text, options: .strict) }
+            #expect(error?.code == .invalidJSON)
+            #expect(error?.message.contains("duplicate key") == true)
+        }
+        let error = #expect(throws: PeerSyncError.self) { try JSONValue(parsing: Array(#"{"a":1, "a":2}"#.utf8), options: .strict) }
+        #expect(error?.context["offset"] == "8")
+        #expect(try JSONValue(parsing: #"{"a":{"a":1},"b":[{"a":2},{"a":3}]}"#, options: .strict)["b"]?.arrayValue?.count == 2)
+    }
+
     @Test func surrogatePairs() throws {
         #expect(try JSONValue(parsing: #""\ud83d\ude00""#) == .string("😀"))
     }
@@ -35,6 +50,21 @@ import Testing
         #expect(throws: PeerSyncError.self) { try DocumentID.validate(String(repeating: "a", count: 256)) }
         try DocumentID.validate(String(repeating: "a", count: 255))
         #expect(DocumentID.generate() != DocumentID.generate())
+    }
+
+    /// Issue 9: NUL separates BLIP properties, so an ID holding one can never be replicated;
+    /// the other C0 controls and DEL are refused with it. Printable Unicode stays allowed.
+    @Test func documentIDRefusesControlCharacters() throws {
+        for id in ["a\u{0}b", "\u{0}", "a\u{1}", "tab\there", "line\nbreak", "\u{1F}x", "del\u{7F}"] {
+            let error = #expect(throws: PeerSyncError.self) { try DocumentID.validate(id) }
+            #expect(error?.code == .invalidDocumentID)
+            #expect(error?.message.contains("control character") == true)
+        }
+        let nul = #expect(throws: PeerSyncError.self) { try DocumentID.validate("a\u{0}b") }
+        #expect(nul?.message.contains("NUL at byte 1") == true)
+        #expect(nul?.context["docID"] == "a\\u{0}b")
+        #expect(throws: PeerSyncError.self) { _ = try DocumentID.validate(bytes: [0x61, 0x00, 0x62]) }
+        for id in ["a b", "é", "日本", "😀", "-_.~!$&'()*+,;=:@", "\u{80}\u{9F}"] { try DocumentID.validate(id) }
     }
 
     @Test func sha1KnownAnswers() {

@@ -52,6 +52,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     // MARK: Documents
 
     /// The current revision of the document, or nil if it does not exist or is deleted.
+    /// Throws `.invalidDocumentID` for an ID that ``DocumentID/validate(_:)`` refuses (empty,
+    /// over 255 bytes, or holding a control character such as NUL).
     public func document(id: String) async throws -> Document? {
         let engine = self.engine
         return try await database.read { try engine.document(id: id, $0) }
@@ -118,7 +120,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Removes a document and its whole history, without a tombstone (nothing replicates).
-    /// Listeners are notified. Throws `.notFound` if it does not exist.
+    /// Listeners are notified. Throws `.notFound` if it does not exist, `.invalidDocumentID`
+    /// for an ID that ``DocumentID/validate(_:)`` refuses.
     public func purge(id: String) async throws {
         let engine = self.engine
         try await database.write { try engine.purge(id: id, $0) }
@@ -196,6 +199,7 @@ extension Collection {
     }
 
     /// The current revision including tombstones (nil only if the document does not exist).
+    /// Throws `.invalidDocumentID` like ``document(id:)``.
     public func documentIncludingDeleted(id: String) async throws -> Document? {
         let engine = self.engine
         return try await database.read { try engine.documentIncludingDeleted(id: id, $0) }

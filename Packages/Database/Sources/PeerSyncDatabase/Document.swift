@@ -222,9 +222,11 @@ public struct MutableDocument: DocumentProperties, Sendable, Equatable, CustomSt
     }
 
     /// A new document whose properties are parsed from JSON text. Throws `.invalidJSON` for
-    /// malformed text and `.invalidArgument` when the JSON is not an object.
+    /// malformed text — including an object with the same key twice (`{"a":1,"a":2}`), which
+    /// would otherwise silently keep the last — and `.invalidArgument` when the JSON is not an
+    /// object.
     public init(id: String? = nil, json: String) throws(PeerSyncError) {
-        let value = try JSONValue(parsing: json)
+        let value = try JSONValue(parsing: json, options: .strict)
         guard let object = value.objectValue else {
             throw PeerSyncError(.invalidArgument, "a document body must be a JSON object",
                                 context: id.map { ["docID": $0] } ?? [:])

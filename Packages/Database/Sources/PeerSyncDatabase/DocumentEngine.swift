@@ -67,6 +67,7 @@ struct DocumentEngine {
     /// The current revision, including tombstones.
     func documentIncludingDeleted(id: String, _ reader: any StorageReader) throws -> Document? {
         try requireCollection(reader)
+        try validateID(id)
         guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
         return try makeDocument(record)
     }
@@ -95,6 +96,9 @@ struct DocumentEngine {
         return body
     }
 
+    /// ``DocumentID/validate(_:)`` with this collection in the error's context: every public
+    /// entry point taking a document ID (reads, saves, purges, expirations, replication
+    /// inserts) calls it first.
     func validateID(_ id: String) throws(PeerSyncError) {
         do { try DocumentID.validate(id) } catch { throw error.with(spec) }
     }
@@ -239,6 +243,7 @@ struct DocumentEngine {
 
     func expiration(id: String, _ reader: any StorageReader) throws -> Date? {
         try requireCollection(reader)
+        try validateID(id)
         guard let record = try reader.get("d:" + id, in: spec.expiryKeyspace),
               let ms = Int64(String(decoding: record.body, as: UTF8.self)) else { return nil }
         return Date(timeIntervalSince1970: Double(ms) / 1000)

@@ -356,6 +356,38 @@ import Testing
         }
     }
 
+    /// Issue 9: an ID with NUL (or another control character) is refused by every call that
+    /// takes an ID, and nothing is stored: such a document could never be replicated (BLIP
+    /// properties are NUL-separated) and would stall every peer's pull.
+    @Test(arguments: Backend.available)
+    func controlCharactersInIDsAreRefusedEverywhere(_ backend: Backend) async throws {
+        try await withDatabase(backend) { db, _ in
+            let c = try db.defaultCollection()
+            for id in ["a\u{0}b", "\u{0}", "tab\there", "x\u{7F}"] {
+                var doc = MutableDocument(id: id, data: ["v": 1])
+                await expectError(.invalidDocumentID) { try await c.save(document: &doc) }
+                await expectError(.invalidDocumentID) { try await c.save(document: &doc, conflictHandler: { _, _ in true }) }
+                await expectError(.invalidDocumentID) { try await c.document(id: id) }
+                await expectError(.invalidDocumentID) { try await c.documentIncludingDeleted(id: id) }
+                await expectError(.invalidDocumentID) { try await c.purge(id: id) }
+                await expectError(.invalidDocumentID) { try await c.setDocumentExpiration(id: id, expiration: nil) }
+                await expectError(.invalidDocumentID) { try await c.getDocumentExpiration(id: id) }
+                await expectError(.invalidDocumentID) {
+                    try await c.insertRevision(docID: id, revID: try RevisionID("1-aa"), history: [], body: [:], deleted: false)
+                }
+                await expectError(.invalidDocumentID) {
+                    try await db.inBatch { txn in
+                        var inBatch = MutableDocument(id: id, data: [:])
+                        return try txn.save(document: &inBatch, in: c)
+                    }
+                }
+            }
+            #expect(try await c.count == 0)
+            #expect(try await c.lastSequence == 0)
+            #expect(try await db.checkIntegrity().isEmpty)
+        }
+    }
+
     @Test(arguments: Backend.available)
     func batchCommitsTogetherOrRollsBack(_ backend: Backend) async throws {
         try await withDatabase(backend) { db, _ in

@@ -15,8 +15,11 @@ import PeerSyncWebSocket
 /// | `PUT /<db>/<docid>[?rev=R]` | 201 `{"ok":true,"id","rev"}`; updating needs the current `rev` (query or `_rev` in the body), else 409 |
 /// | `DELETE /<db>/<docid>?rev=R` | 200 `{"ok":true,"id","rev"}`; 409 without the current `rev`, 404 if missing |
 ///
-/// Errors are `{"error","reason"}` with 400 (bad JSON, ID or body), 401 (credentials), 403
-/// (read-only listener), 404, 405, 409, 413, 500.
+/// Errors are `{"error","reason"}` with 400 (bad JSON — including an object with the same
+/// key twice —, an ID that ``DocumentID/validate(_:)`` refuses after percent-decoding, e.g.
+/// one holding `%00`, or a bad body), 401 (credentials), 403 (read-only listener), 404, 405,
+/// 409, 413, 500. The HTTP layer itself answers 400 to a request with two `Authorization`
+/// headers and 501 to a `Transfer-Encoding` other than `chunked` alone.
 struct RESTHandler: Sendable {
     let listener: URLEndpointListener
 
@@ -83,6 +86,10 @@ struct RESTHandler: Sendable {
             if name.hasPrefix("_") {
                 return Self.error(404, "not_found", "no endpoint '\(name)'")
             }
+            // The percent-decoded ID, checked like every other entry point: `%00` and the
+            // other control characters are a 400, never stored.
+            guard ["GET", "PUT", "DELETE"].contains(method) else { return Self.methodNotAllowed("GET, HEAD, PUT, DELETE") }
+            try DocumentID.validate(name)
             switch method {
             case "GET": return try await get(collection, name)
             case "PUT": return try await put(collection, name, request, query)
@@ -109,7 +116,7 @@ struct RESTHandler: Sendable {
         if listener.config.readOnly { return Self.error(403, "forbidden", "the listener is read-only") }
         let parsed: JSONValue
         do {
-            parsed = try JSONValue(parsing: request.body)
+            parsed = try JSONValue(parsing: request.body, options: .strict)
         } catch {
             return Self.error(400, "bad_request", "the body is not valid JSON: \(error.message)")
         }

@@ -357,7 +357,9 @@ actor ReplicationSession {
                 for change in changes {
                     if let docIDs, !docIDs.contains(change.docID) { continue }
                     if activeOnly, change.deleted { continue }
-                    if let filter = sc.config.pushFilter {
+                    // (An ID that cannot travel skips the filter, which could not read it, and
+                    // fails as a document in `sendRev`.)
+                    if let filter = sc.config.pushFilter, (try? DocumentID.validate(change.docID)) != nil {
                         guard let doc = try await sc.collection.documentIncludingDeleted(id: change.docID) else { continue }
                         if !filter(doc, change.deleted ? .deleted : []) { continue }
                     }
@@ -647,6 +649,9 @@ actor ReplicationSession {
     private func sendRev(index: Int, sc: SessionCollection, docID: String, revID: RevisionID, sequence: String,
                          known: [RevisionID], maxHistory: Int, noConflicts: Bool, deltas: Bool = false,
                          legacyAttachments: Bool = false, prefetched: Prefetched? = nil) async throws -> PeerSyncError? {
+        // A document stored before IDs were validated may hold one that cannot travel (NUL
+        // separates BLIP properties): that document fails, the session goes on.
+        do { try DocumentID.validate(docID) } catch { return error }
         var props = collectionProperty(index)
         props["id"] = docID
         props["rev"] = revID.description
@@ -829,16 +834,26 @@ actor ReplicationSession {
         let collection = sc.collection
         let trees = try await database.inReadBatch { txn in
             var out: [String: DocumentRevisions] = [:]
-            for id in Set(ids) where !id.isEmpty && id.utf8.count <= 255 {
+            for id in Set(ids) where (try? DocumentID.validate(id)) != nil {
                 if let revs = try txn.revisions(of: id, in: collection) { out[id] = revs }
             }
             return out
         }
         for entry in entries {
             guard let e = entry.arrayValue else { throw blipError("BLIP", 400, "malformed change entry") }
-            guard e.count > offset + 1, let docID = e[offset].stringValue, !docID.isEmpty, docID.utf8.count <= 255,
+            guard e.count > offset + 1, let docID = e[offset].stringValue,
                   let revText = e[offset + 1].stringValue, let revID = try? RevisionID(revText) else {
                 throw blipError("BLIP", 400, "malformed change entry")
+            }
+            // An ID no peer could store or send (NUL, other controls, too long): that entry is
+            // refused with 400 and reported; the rest of the batch goes on.
+            do { try DocumentID.validate(docID) } catch {
+                if !proposed { lastSequence = e[0] }
+                answers.append(.int(400))
+                events.documents(DocumentReplication(isPush: false, documents: [
+                    ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: [], error: error),
+                ]))
+                continue
             }
             let revs = trees[docID]
             if proposed {
@@ -922,10 +937,10 @@ actor ReplicationSession {
         let props = request.properties
         let sequence = props["sequence"]
         defer { finishRev(index, sequence) }
-        guard let docID = props["id"], !docID.isEmpty, docID.utf8.count <= 255,
-              let revText = props["rev"], let revID = try? RevisionID(revText) else {
+        guard let docID = props["id"], let revText = props["rev"], let revID = try? RevisionID(revText) else {
             throw blipError("HTTP", 400, "invalid document or revision ID")
         }
+        do { try DocumentID.validate(docID) } catch { throw blipError("HTTP", 400, error.message) }
         if role == .passive && readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
         var history: [RevisionID] = []
         if let text = props["history"], !text.isEmpty {

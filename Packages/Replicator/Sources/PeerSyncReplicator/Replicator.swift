@@ -301,7 +301,8 @@ public final class Replicator: Sendable {
             guard let last = batch.last else { break }
             for c in batch {
                 if let ids = cc.documentIDs, !ids.contains(c.docID) { continue }
-                if let filter = cc.pushFilter, let doc = try await collection.documentIncludingDeleted(id: c.docID),
+                if let filter = cc.pushFilter, (try? DocumentID.validate(c.docID)) != nil,
+                   let doc = try await collection.documentIncludingDeleted(id: c.docID),
                    !filter(doc, c.deleted ? .deleted : []) { continue }
                 out.insert(c.docID)
             }

@@ -267,7 +267,14 @@ struct HTTPCodecTests {
         ("POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400),
         ("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
         ("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+        // Only `chunked` alone is decoded: anything else would leave the body encoded (501).
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501),
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501),
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", 501),
+        // Two Authorization headers: which one counts would be arbitrary.
+        ("GET / HTTP/1.1\r\nAuthorization: Basic YTpi\r\nAuthorization: Basic YzpkCg==\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nauthorization: Basic YTpi\r\nAUTHORIZATION: Basic YTpi\r\n\r\n", 400),
         ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
         ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", 400),
         ("POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),

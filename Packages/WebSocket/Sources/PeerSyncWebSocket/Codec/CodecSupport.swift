@@ -15,6 +15,9 @@ extension PeerSyncError.Code {
     public static let httpHeadersTooLarge = Self(rawValue: "httpHeadersTooLarge")
     /// An HTTP version other than 1.0 / 1.1 (HTTP status 505).
     public static let httpVersionNotSupported = Self(rawValue: "httpVersionNotSupported")
+    /// An HTTP request using a feature this server does not implement, e.g. a transfer coding
+    /// other than `chunked` (HTTP status 501).
+    public static let httpNotImplemented = Self(rawValue: "httpNotImplemented")
     /// The WebSocket opening handshake failed: the server answered with a status other than
     /// 101, or the 101 answer is invalid (missing or wrong `Sec-WebSocket-Accept`, ...).
     /// `context["status"]` holds the HTTP status when there was one.
@@ -39,12 +42,14 @@ extension PeerSyncError {
     }
 
     /// The HTTP status that reports this parsing error to an HTTP client:
-    /// 431 for oversized headers, 413 for an oversized body, 505 for a bad version, else 400.
+    /// 431 for oversized headers, 413 for an oversized body, 505 for a bad version, 501 for an
+    /// unsupported feature, else 400.
     public var httpStatus: Int {
         switch code {
         case .httpHeadersTooLarge: 431
         case .tooLarge: 413
         case .httpVersionNotSupported: 505
+        case .httpNotImplemented: 501
         default: 400
         }
     }

@@ -10,7 +10,9 @@ import PeerSyncCore
 /// Limits: the request line plus headers may not exceed `maxHeaderBytes`
 /// (`.httpHeadersTooLarge`, status 431); a body may not exceed `maxBodyBytes` (`.tooLarge`,
 /// status 413). Bodies are framed by `Content-Length` or `Transfer-Encoding: chunked`;
-/// a request with both is rejected (request smuggling). Errors are ``PeerSyncError``s and
+/// a request with both is rejected (request smuggling), and so is one with any other
+/// transfer coding (`.httpNotImplemented`, status 501: the body would stay encoded) or with
+/// two `Authorization` headers (status 400). Errors are ``PeerSyncError``s and
 /// ``PeerSyncError/httpStatus`` gives the status to answer; after an error the parser stays
 /// failed. Not thread-safe.
 public struct HTTPRequestParser: Sendable {
@@ -350,6 +352,11 @@ struct HTTPMessageParser: Sendable {
         for line in lines.dropFirst() {
             message.headers.add(contentsOf: try parseHeaderLine(line))
         }
+        // `Authorization` is a singleton (RFC 9110 §11.6.2): with two, which one a server
+        // checks is arbitrary, so a request carrying two is refused outright.
+        if isRequest && message.headers.values(for: "Authorization").count > 1 {
+            throw PeerSyncError(.malformedHTTP, "HTTP request with more than one Authorization header")
+        }
         current = message
         state = .body(try framing(of: message))
     }
@@ -445,11 +452,17 @@ struct HTTPMessageParser: Sendable {
             if isRequest && !lengths.isEmpty {
                 throw PeerSyncError(.malformedHTTP, "HTTP request with both Content-Length and Transfer-Encoding")
             }
-            if let last = transferCodings.last, asciiCaseInsensitiveEquals(last, "chunked") {
+            if isRequest {
+                // Only `chunked` alone is decoded; any other coding (`gzip, chunked`, ...) would
+                // leave the body encoded, so it is refused with 501 (RFC 9112 §6.1).
+                guard transferCodings.count == 1, asciiCaseInsensitiveEquals(transferCodings[0], "chunked") else {
+                    throw PeerSyncError(.httpNotImplemented, "HTTP request with an unsupported Transfer-Encoding "
+                                        + "(only chunked alone is supported)")
+                }
                 return .chunked
             }
-            if isRequest {
-                throw PeerSyncError(.malformedHTTP, "HTTP request with an unsupported Transfer-Encoding")
+            if let last = transferCodings.last, asciiCaseInsensitiveEquals(last, "chunked") {
+                return .chunked
             }
             return .untilEOF
         }
