@@ -73,6 +73,10 @@ actor ReplicationSession {
     private var remoteRevs: [Int: RecentMap<RevisionID>] = [:]
     private var pullStates: [Int: PullState] = [:]
     private var closed = false
+    /// Active: why the session failed on its own side (a pulled revision that could not be
+    /// stored, a revision the peer could not read); the run ends with this error, never with
+    /// success, and no checkpoint passes the revision. See ``fail(_:)``.
+    private(set) var failure: PeerSyncError?
 
     /// What keeps the session busy: a push not caught up, or a pull not caught up or with
     /// revisions still pending. The session is idle when the set is empty.
@@ -93,6 +97,8 @@ actor ReplicationSession {
     struct PullBatch {
         var lastSequence: JSONValue
         var pending: Set<String>
+        /// A revision of this batch was not stored: the checkpoint never passes this batch.
+        var failed = false
     }
 
     struct PullState {
@@ -352,7 +358,13 @@ actor ReplicationSession {
                     continue
                 }
                 setBusy(.push(index), true)
-                let prefetched = try await prefetch(sc, changes.map(\.docID))
+                let prefetched: [String: Prefetched]
+                do { prefetched = try await prefetch(sc, changes.map(\.docID)) } catch let error as PeerSyncError
+                    where error.code != .closed && error.code != .cancelled {
+                    // A damaged record: each document is read on its own, so that only the
+                    // damaged ones fail, each reported to the peer (see `sendRev`).
+                    prefetched = [:]
+                }
                 var candidates: [ChangeEntry] = []
                 for change in changes {
                     if let docIDs, !docIDs.contains(change.docID) { continue }
@@ -657,9 +669,19 @@ actor ReplicationSession {
             stored = current
         } else {
             let database = self.database, collection = sc.collection
-            (revs, stored) = try await database.inReadBatch { txn in
-                let read = try txn.revisionsAndBody(of: docID, revID: revID, in: collection)
-                return (read?.revisions, read?.body)
+            do {
+                (revs, stored) = try await database.inReadBatch { txn in
+                    let read = try txn.revisionsAndBody(of: docID, revID: revID, in: collection)
+                    return (read?.revisions, read?.body)
+                }
+            } catch let error as PeerSyncError where error.code != .closed && error.code != .cancelled {
+                // Never skipped, never left unanswered: the peer is told, and this side logs it.
+                Logger(.replicator).error("could not read \(docID) \(revID) of \(sc.collection.fullName): \(error.message)")
+                props["error"] = "500"
+                props["errorCode"] = error.code.rawValue
+                props["reason"] = error.message
+                try await blip.sendNoReply(.request("norev", properties: props))
+                return PeerSyncError(error.code, error.message, context: ["docID": docID])
             }
         }
         guard let revs, let info = revs.revision(revID), let stored else {
@@ -711,6 +733,12 @@ actor ReplicationSession {
         } else {
             reply = try await send(.request("rev", properties: props, body: full, flags: [.compressed]), "rev")
         }
+        if reply.isError, reply.errorDomain == "HTTP", reply.errorCode == 507 {
+            // The peer could not store it (disk full): not a per-document refusal; the push
+            // stops here and its checkpoint stays before this revision.
+            throw PeerSyncError(.diskFull, "disk full on the peer: \(reply.bodyString)",
+                                context: ["docID": docID, "status": "507"])
+        }
         if reply.isError {
             return PeerSyncError(reply.errorCode == 409 ? .conflict : .replicationFailed,
                                  "the peer refused the revision: \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)",
@@ -745,13 +773,24 @@ actor ReplicationSession {
         if !request.body.isEmpty, let ids = try JSONValue.parse(request.body, "subChanges").objectValue?["docIDs"]?.arrayValue {
             docIDs = Set(ids.compactMap(\.stringValue))
         }
-        _ = sc
         // Sent by Couchbase Lite when it pulls into an empty database: no tombstones.
         let activeOnly = request.properties.bool("activeOnly")
         let task = Task {
             do {
                 try await self.push(index: index, since: since, continuous: continuous, mode: .changes,
                                     docIDs: docIDs, activeOnly: activeOnly, progress: { _ in })
+            } catch let error as PeerSyncError where error.code != .closed && error.code != .cancelled
+                && error.code != .connectionClosed {
+                // This side could not read its changes: the peer must not wait for changes that
+                // never come. It gets a `norev` with the error (no `sequence`: not about one
+                // revision; see `handleNoRev`), then the connection closes.
+                Logger(.replicator).error("serving the changes of \(sc.collection.fullName) failed: \(error.message)")
+                var props = self.collectionProperty(index)
+                props["error"] = "500"
+                props["errorCode"] = error.code.rawValue
+                props["reason"] = error.message
+                try? await self.blip.sendNoReply(.request("norev", properties: props))
+                await self.blip.close(code: 1011, reason: "the changes feed failed")
             } catch {
                 // The connection ended or the peer failed; the session ends with it.
             }
@@ -793,7 +832,7 @@ actor ReplicationSession {
     private func updatePull(_ index: Int, _ change: (inout PullState) -> Void) {
         guard var state = pullStates[index] else { return }
         change(&state)
-        while let first = state.batches.first, first.pending.isEmpty {
+        while let first = state.batches.first, first.pending.isEmpty, !first.failed {
             state.completedRemote = first.lastSequence
             state.batches.removeFirst()
         }
@@ -900,27 +939,76 @@ actor ReplicationSession {
         return BLIPMessage(type: .response, properties: replyProps, body: JSONValue.array(answers).json)
     }
 
+    /// A `norev` with `error` 404 is a revision replaced on the peer since its `changes`
+    /// (the next change brings the new one). Any other error is the peer failing to read the
+    /// revision: a document error, and the session fails (``fail(_:)``) without the
+    /// checkpoint passing it. The PeerSync peer adds `errorCode` (its ``PeerSyncError/Code``).
     private func handleNoRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
-        let (index, _) = try collection(of: request)
-        if let seq = request.properties["sequence"] {
-            let key = (try? JSONValue(parsing: seq))?.canonicalString ?? seq
-            updatePull(index) { state in for i in state.batches.indices { state.batches[i].pending.remove(key) } }
+        let (index, sc) = try collection(of: request)
+        let props = request.properties
+        let status = props["error"].flatMap { Int($0) } ?? 404
+        if status != 404, role == .active {
+            let docID = props["id"] ?? "-"
+            let code = props["errorCode"].map { PeerSyncError.Code(rawValue: $0) } ?? .replicationFailed
+            let error = PeerSyncError(code, "the peer could not send \(docID): \(props["reason"] ?? "error \(status)")",
+                                      context: ["docID": docID, "status": String(status)])
+            finishRev(index, props["sequence"], failed: true)
+            events.documents(DocumentReplication(isPush: false, documents: [
+                ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: [], error: error),
+            ]))
+            fail(error)
+            return nil
+        }
+        if props["sequence"] != nil {
+            finishRev(index, props["sequence"])
             events.progress(1, 0)
         }
         return nil
     }
 
-    private func finishRev(_ index: Int, _ sequence: String?) {
+    /// The pulled change `sequence` is handled; `failed`: it was not stored, so the
+    /// checkpoint never passes its batch.
+    private func finishRev(_ index: Int, _ sequence: String?, failed: Bool = false) {
         guard let sequence else { return }
         let key = (try? JSONValue(parsing: sequence))?.canonicalString ?? sequence
-        updatePull(index) { state in for i in state.batches.indices { state.batches[i].pending.remove(key) } }
+        updatePull(index) { state in
+            for i in state.batches.indices where state.batches[i].pending.remove(key) != nil && failed {
+                state.batches[i].failed = true
+            }
+        }
+    }
+
+    /// Active: ends the session with `error` (the first one wins): the connection is closed,
+    /// waiting pulls are released, and the run throws `error` instead of completing.
+    func fail(_ error: PeerSyncError) {
+        guard role == .active, failure == nil else { return }
+        failure = error
+        Task { await self.stop() }
+    }
+
+    /// A received revision that could not be stored (the transaction failed: disk full, I/O
+    /// error): its document event carries the error, its change is never checkpointed, the
+    /// active session fails (``fail(_:)``) and the peer gets HTTP 507 (disk full) or 500 —
+    /// never success, never a per-document refusal that a checkpoint would pass.
+    private func storageFailure(_ error: any Error, index: Int, sc: SessionCollection, docID: String,
+                                sequence: String?, flags: DocumentFlags) -> PeerSyncError {
+        let e = (error as? PeerSyncError) ?? PeerSyncError(.storage, "\(error)")
+        let docError = PeerSyncError(e.code, e.message, context: e.context.merging(["docID": docID]) { a, _ in a })
+        Logger(.replicator).error("could not store \(docID) in \(sc.collection.fullName): \(e.message)")
+        finishRev(index, sequence, failed: true)
+        events.documents(DocumentReplication(isPush: false, documents: [
+            ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: flags, error: docError),
+        ]))
+        fail(docError)
+        return e.code == .diskFull ? blipError("HTTP", 507, e.message) : blipError("HTTP", 500, e.message)
     }
 
     private func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         let (index, sc) = try collection(of: request)
         let props = request.properties
         let sequence = props["sequence"]
-        defer { finishRev(index, sequence) }
+        var storeFailed = false
+        defer { if !storeFailed { finishRev(index, sequence) } }
         guard let docID = props["id"], !docID.isEmpty, docID.utf8.count <= 255,
               let revText = props["rev"], let revID = try? RevisionID(revText) else {
             throw blipError("HTTP", 400, "invalid document or revision ID")
@@ -988,8 +1076,9 @@ actor ReplicationSession {
         let request = RevisionInsert(collection: sc.collection, docID: docID, revID: revID, history: history, body: body,
                                      deleted: deleted, allowConflict: role == .active, readBack: role == .active)
         let outcome: RevisionInsertOutcome
-        do { outcome = try await inserter.insert(request) } catch let error as PeerSyncError {
-            throw blipError("HTTP", 400, error.message)
+        do { outcome = try await inserter.insert(request) } catch {
+            storeFailed = true
+            throw storageFailure(error, index: index, sc: sc, docID: docID, sequence: sequence, flags: flags)
         }
         let result: InsertResult
         var treeAfter: DocumentRevisions?
