@@ -740,6 +740,9 @@ actor ReplicationSession {
                                 context: ["docID": docID, "status": "507"])
         }
         if reply.isError {
+            if role == .passive, reply.errorCode != 409 {
+                Logger(.replicator).error("the peer refused \(docID) \(revID): \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)")
+            }
             return PeerSyncError(reply.errorCode == 409 ? .conflict : .replicationFailed,
                                  "the peer refused the revision: \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)",
                                  context: ["docID": docID, "status": String(reply.errorCode ?? 0)])
@@ -950,7 +953,8 @@ actor ReplicationSession {
         if status != 404, role == .active {
             let docID = props["id"] ?? "-"
             let code = props["errorCode"].map { PeerSyncError.Code(rawValue: $0) } ?? .replicationFailed
-            let error = PeerSyncError(code, "the peer could not send \(docID): \(props["reason"] ?? "error \(status)")",
+            let what = props["id"] == nil ? "its changes" : docID
+            let error = PeerSyncError(code, "the peer could not send \(what): \(props["reason"] ?? "error \(status)")",
                                       context: ["docID": docID, "status": String(status)])
             finishRev(index, props["sequence"], failed: true)
             events.documents(DocumentReplication(isPush: false, documents: [
@@ -994,8 +998,11 @@ actor ReplicationSession {
                                 sequence: String?, flags: DocumentFlags) -> PeerSyncError {
         let e = (error as? PeerSyncError) ?? PeerSyncError(.storage, "\(error)")
         let docError = PeerSyncError(e.code, e.message, context: e.context.merging(["docID": docID]) { a, _ in a })
-        Logger(.replicator).error("could not store \(docID) in \(sc.collection.fullName): \(e.message)")
         finishRev(index, sequence, failed: true)
+        // The session is already ending (another failure, or stopped): nothing new to report.
+        guard failure == nil, !closed else { return blipError("HTTP", 503, e.message) }
+        // The listener logs it; the active side reports it in its status.
+        if role == .passive { Logger(.replicator).error("could not store \(docID) in \(sc.collection.fullName): \(e.message)") }
         events.documents(DocumentReplication(isPush: false, documents: [
             ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: flags, error: docError),
         ]))
@@ -1003,12 +1010,34 @@ actor ReplicationSession {
         return e.code == .diskFull ? blipError("HTTP", 507, e.message) : blipError("HTTP", 500, e.message)
     }
 
+    /// A `rev`. On the active side a pulled revision that is not stored for any reason but a
+    /// delta to resend in full (422) — a body that does not parse, invalid IDs, a storage
+    /// failure — is never skipped: its document event has the error, its change is never
+    /// checkpointed and the session fails (``fail(_:)``); a damaged revision is `.corrupt`.
     private func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        do {
+            return try await receiveRev(request)
+        } catch let error as PeerSyncError where role == .active && failure == nil && error.context["blipCode"] != "422" {
+            let docID = request.properties["id"] ?? "-"
+            let e = PeerSyncError(.corrupt, "the peer sent a revision of \(docID) that cannot be stored: \(error.message)",
+                                  context: ["docID": docID])
+            let collection = (try? self.collection(of: request))?.1.collection.fullName ?? "-"
+            events.documents(DocumentReplication(isPush: false, documents: [
+                ReplicatedDocument(id: docID, collection: collection, flags: [], error: e),
+            ]))
+            fail(e)
+            throw error
+        }
+    }
+
+    private func receiveRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         let (index, sc) = try collection(of: request)
         let props = request.properties
         let sequence = props["sequence"]
-        var storeFailed = false
-        defer { if !storeFailed { finishRev(index, sequence) } }
+        // Active: true until the revision is stored (or deliberately not: filter, revocation,
+        // a delta to be resent in full); the defer then never lets the checkpoint pass it.
+        var notStored = role == .active
+        defer { finishRev(index, sequence, failed: notStored) }
         guard let docID = props["id"], !docID.isEmpty, docID.utf8.count <= 255,
               let revText = props["rev"], let revID = try? RevisionID(revText) else {
             throw blipError("HTTP", 400, "invalid document or revision ID")
@@ -1030,6 +1059,7 @@ actor ReplicationSession {
             guard let base = try? RevisionID(src), let revs = try await sc.collection.revisions(of: docID),
                   let info = revs.revision(base), !info.isDeleted,
                   var baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else {
+                notStored = false  // the peer resends the full revision with this sequence
                 throw blipError("HTTP", 422, "unknown delta base revision \(src)")
             }
             // A delta touching `_attachments` is against the base's legacy form (notes §8).
@@ -1037,6 +1067,7 @@ actor ReplicationSession {
                 baseBody = LegacyAttachments.encode(baseBody, revpos: base.generation)
             }
             do { newBody = try JSONDelta.apply(parsed, to: .object(baseBody)) } catch {
+                notStored = false
                 throw blipError("HTTP", 422, error.message)
             }
         }
@@ -1047,6 +1078,7 @@ actor ReplicationSession {
             remoteRevs[index]?[docID] = nil
             await applyRevocation(sc: sc, docID: docID)
             events.progress(1, 0)
+            notStored = false
             return nil
         }
         do { body = try LegacyAttachments.decode(body) } catch {
@@ -1058,6 +1090,7 @@ actor ReplicationSession {
             let candidate = Self.document(docID: docID, revID: revID, body: body, deleted: deleted, like: sc)
             if let candidate, !filter(candidate, flags) {
                 events.progress(1, 0)
+                notStored = false
                 return nil
             }
         }
@@ -1077,7 +1110,6 @@ actor ReplicationSession {
                                      deleted: deleted, allowConflict: role == .active, readBack: role == .active)
         let outcome: RevisionInsertOutcome
         do { outcome = try await inserter.insert(request) } catch {
-            storeFailed = true
             throw storageFailure(error, index: index, sc: sc, docID: docID, sequence: sequence, flags: flags)
         }
         let result: InsertResult
@@ -1092,6 +1124,7 @@ actor ReplicationSession {
             treeAfter = tree
         }
         withExtendedLifetime(pins) {}
+        notStored = false
         remoteRevs[index, default: RecentMap()][docID] = revID
         var docError: PeerSyncError?
         if role == .active, result.inserted {
