@@ -60,6 +60,11 @@ extension PeerSyncError.Code {
     public static let busy = Self(rawValue: "busy")
     /// A file-system or operating-system call failed.
     public static let io = Self(rawValue: "io")
+    /// The file system (or the device under it) has no space left for a write: SQLite's
+    /// `SQLITE_FULL`, LMDB's `ENOSPC`/`EDQUOT` (or a short write on a full file system), or a
+    /// replication peer that answered HTTP 507. Nothing of the failed write was stored; the
+    /// same write succeeds once space is freed. The message starts with "disk full".
+    public static let diskFull = Self(rawValue: "diskFull")
     /// A storage engine reported an error not covered by a more specific code.
     public static let storage = Self(rawValue: "storage")
     /// A network peer broke the protocol.

@@ -128,7 +128,7 @@ final class LMDBEnvironment: @unchecked Sendable {
         guard let env = handle.pointer else { throw PeerSyncError(.internalError, "mdb_env_create returned no handle") }
         let ctx = ["directory": directory]
         try check(mdb_env_set_maxdbs(env, 4), "mdb_env_set_maxdbs", ctx)
-        try check(mdb_env_set_maxreaders(env, 254), "mdb_env_set_maxreaders", ctx)
+        try check(mdb_env_set_maxreaders(env, UInt32(Self.maxReaders)), "mdb_env_set_maxreaders", ctx)
         let osPage = Int(sysconf(Int32(_SC_PAGESIZE)))
         var mapSize = options.initialSize > 0 ? min(options.initialSize, Layout.maximumMapSize) : Layout.defaultMapSize
         mapSize = max(mapSize, Layout.minimumMapSize)
@@ -142,7 +142,11 @@ final class LMDBEnvironment: @unchecked Sendable {
         try check(mdb_env_set_mapsize(env, mapSize), "mdb_env_set_mapsize", ctx)
         var flags = UInt32(MDB_NOTLS)
         if !options.durable { flags |= UInt32(MDB_NOSYNC) }
-        try check(mdb_env_open(env, directory, flags, 0o644), "mdb_env_open", ctx)
+        try Self.allocateLockFile(directory: directory, maxReaders: Self.maxReaders)
+        let openRC = mdb_env_open(env, directory, flags, 0o644)
+        if openRC != MDB_SUCCESS {
+            throw lmdbWriteError(openRC, "mdb_env_open", directory: directory, pendingBytes: 0, ctx)
+        }
         var dead: Int32 = 0
         try check(mdb_reader_check(env, &dead), "mdb_reader_check", ctx)
         guard mdb_env_get_maxkeysize(env) >= Int32(Layout.maxLMDBKeySize) else {
@@ -170,6 +174,38 @@ final class LMDBEnvironment: @unchecked Sendable {
         self.meta = dbis.meta
         self.pageSize = Int(stat.ms_psize)
         self.noSync = !options.durable
+    }
+
+    /// Reader slots of the lock file (`mdb_env_set_maxreaders`).
+    static let maxReaders = 254
+
+    /// Makes sure every byte of `lock.mdb` is allocated on disk before LMDB maps it.
+    ///
+    /// LMDB sizes the lock file with `ftruncate` (a sparse file) and then writes its header
+    /// and reader slots through a shared memory map; on a full file system (tmpfs, or any
+    /// file system once a sparse page cannot be allocated) that write is SIGBUS, not an
+    /// error. `posix_fallocate` over the size LMDB will map turns it into `ENOSPC` →
+    /// `.diskFull` here. The size is LMDB's own: `(maxReaders - 1) × 64` bytes of reader
+    /// slots plus the 192-byte header (16 KiB for 254 readers), or the file's size when it is
+    /// larger (LMDB then maps the whole file). `data.mdb` needs no such care: without
+    /// `MDB_WRITEMAP` LMDB writes it with `pwrite`, which reports `ENOSPC`.
+    ///
+    /// A file that cannot be opened for writing is left to `mdb_env_open` to report; a file
+    /// system without `fallocate` support (`EOPNOTSUPP`, `EINVAL`) is not an error.
+    static func allocateLockFile(directory: String, maxReaders: Int) throws(PeerSyncError) {
+        #if os(Linux)
+        let path = directory + "/lock.mdb"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return }
+        defer { _ = Glibc.close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return }
+        let size = max(Int(st.st_size), (maxReaders - 1) * 64 + 192)
+        var rc: Int32
+        repeat { rc = posix_fallocate(fd, 0, off_t(size)) } while rc == EINTR
+        if rc == EOPNOTSUPP || rc == EINVAL { return }
+        try check(rc, "allocating lock.mdb", ["directory": directory])
+        #endif
     }
 
     /// Begins a transaction for opening the DBs, adopting a map another process grew.
@@ -271,7 +307,9 @@ final class LMDBEnvironment: @unchecked Sendable {
         if commitRC == MDB_MAP_FULL {
             throw PeerSyncError(.tooLarge, "the LMDB map is too small to create the store", context: ctx)
         }
-        try check(commitRC, "mdb_txn_commit", ctx)
+        if commitRC != MDB_SUCCESS {
+            throw lmdbWriteError(commitRC, "mdb_txn_commit", directory: directory, pendingBytes: 0, ctx)
+        }
         return (recordsDBI, sequencesDBI, metaDBI)
     }
 

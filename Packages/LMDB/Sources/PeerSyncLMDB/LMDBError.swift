@@ -33,7 +33,8 @@ func check(_ rc: Int32, _ operation: @autoclosure () -> String,
 /// `MDB_CORRUPTED`, `MDB_INVALID`, `MDB_VERSION_MISMATCH`, `MDB_PAGE_NOTFOUND`,
 /// `MDB_INCOMPATIBLE` → `.corrupt`; `MDB_READERS_FULL`, `EBUSY`, `EAGAIN` → `.busy`;
 /// `MDB_BAD_VALSIZE`, `MDB_TXN_FULL` → `.tooLarge`; `MDB_NOTFOUND`, `ENOENT` → `.notFound`;
-/// other system errors → `.io`; other LMDB errors → `.storage`.
+/// `ENOSPC`, `EDQUOT` → `.diskFull` (message "disk full: …"); other system errors → `.io`;
+/// other LMDB errors → `.storage`.
 func lmdbError(_ rc: Int32, _ operation: String, _ context: [String: String] = [:]) -> PeerSyncError {
     let text: String
     if let cText = mdb_strerror(rc) {
@@ -45,6 +46,11 @@ func lmdbError(_ rc: Int32, _ operation: String, _ context: [String: String] = [
     switch rc {
     case MDB_MAP_FULL: code = .lmdbMapFull
     case MDB_MAP_RESIZED: code = .lmdbMapResized
+    case ENOSPC, EDQUOT:
+        var ctx = context
+        ctx["operation"] = operation
+        ctx["lmdbCode"] = String(rc)
+        return PeerSyncError(.diskFull, "disk full: \(operation): \(text)", context: ctx)
     case MDB_NOTFOUND, ENOENT: code = .notFound
     case MDB_CORRUPTED, MDB_INVALID, MDB_VERSION_MISMATCH, MDB_PAGE_NOTFOUND, MDB_INCOMPATIBLE:
         code = .corrupt
@@ -59,4 +65,30 @@ func lmdbError(_ rc: Int32, _ operation: String, _ context: [String: String] = [
     ctx["operation"] = operation
     ctx["lmdbCode"] = String(rc)
     return PeerSyncError(code, "\(operation): \(text)", context: ctx)
+}
+
+/// The error for a failed write to the store in `directory` (a commit, creating the store):
+/// like ``lmdbError(_:_:_:)``, except that `EIO` on a file system with less than
+/// `2 × pendingBytes + 1 MiB` available is `.diskFull`. LMDB writes pages with `pwrite` and
+/// reports a *short* write as `EIO` ("Input/output error"), which is what a write that runs
+/// into a full file system returns; a real I/O error on a disk with room stays `.io`.
+func lmdbWriteError(_ rc: Int32, _ operation: String, directory: String, pendingBytes: Int,
+                    _ context: [String: String] = [:]) -> PeerSyncError {
+    let error = lmdbError(rc, operation, context)
+    guard rc == EIO, let available = availableBytes(directory) else { return error }
+    let needed = 2 * max(pendingBytes, 0) + (1 << 20)
+    guard available < needed else { return error }
+    var ctx = error.context
+    ctx["availableBytes"] = String(available)
+    return PeerSyncError(.diskFull, "disk full: \(operation): only \(available) bytes are free in \(directory)",
+                         context: ctx)
+}
+
+/// Bytes available to this process on the file system holding `path` (`statvfs`), nil when
+/// that cannot be asked.
+func availableBytes(_ path: String) -> Int? {
+    var st = statvfs()
+    guard statvfs(path, &st) == 0 else { return nil }
+    let (bytes, overflow) = Int(clamping: st.f_bavail).multipliedReportingOverflow(by: Int(clamping: st.f_frsize))
+    return overflow ? Int.max : bytes
 }

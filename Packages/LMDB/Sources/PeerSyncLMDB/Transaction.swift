@@ -294,8 +294,11 @@ final class LMDBTransaction: StorageWriter {
                 env.gate.unlockShared()
                 holdsGate = false
             }
+            let pending = journalBytes
             journal = []
-            try check(rc, "mdb_txn_commit", ctx)
+            if rc != MDB_SUCCESS {
+                throw lmdbWriteError(rc, "mdb_txn_commit", directory: env.directory, pendingBytes: pending, ctx)
+            }
             return
         }
     }

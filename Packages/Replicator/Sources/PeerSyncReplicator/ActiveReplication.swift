@@ -38,6 +38,7 @@ struct ActiveReplication: Sendable {
         Task { _ = await blip.waitUntilClosed(); await session.stop() }
         do {
             try await replicate(session)
+            if let failure = await session.failure { throw failure }
             if continuous {
                 // replicate() only returns for continuous runs when the connection ended.
                 if case .error(let error) = await blip.waitUntilClosed() { throw error }
@@ -46,7 +47,8 @@ struct ActiveReplication: Sendable {
             await session.stop()
         } catch {
             await session.stop()
-            throw error
+            // The session's own failure (a revision not stored) is why the connection closed.
+            throw await session.failure ?? error
         }
     }
 
@@ -112,6 +114,8 @@ struct ActiveReplication: Sendable {
                 try await group.waitForAll()
             }
         }
+        // A pull released because the session failed: nothing more is pushed or checkpointed.
+        if let failure = await session.failure { throw failure }
         if !continuous {
             // Conflicts resolved while pulling made new local revisions: push them too.
             if push && pull {

@@ -73,6 +73,10 @@ actor ReplicationSession {
     private var remoteRevs: [Int: RecentMap<RevisionID>] = [:]
     private var pullStates: [Int: PullState] = [:]
     private var closed = false
+    /// Active: why the session failed on its own side (a pulled revision that could not be
+    /// stored, a revision the peer could not read); the run ends with this error, never with
+    /// success, and no checkpoint passes the revision. See ``fail(_:)``.
+    private(set) var failure: PeerSyncError?
 
     /// What keeps the session busy: a push not caught up, or a pull not caught up or with
     /// revisions still pending. The session is idle when the set is empty.
@@ -93,6 +97,8 @@ actor ReplicationSession {
     struct PullBatch {
         var lastSequence: JSONValue
         var pending: Set<String>
+        /// A revision of this batch was not stored: the checkpoint never passes this batch.
+        var failed = false
     }
 
     struct PullState {
@@ -352,7 +358,13 @@ actor ReplicationSession {
                     continue
                 }
                 setBusy(.push(index), true)
-                let prefetched = try await prefetch(sc, changes.map(\.docID))
+                let prefetched: [String: Prefetched]
+                do { prefetched = try await prefetch(sc, changes.map(\.docID)) } catch let error as PeerSyncError
+                    where error.code != .closed && error.code != .cancelled {
+                    // A damaged record: each document is read on its own, so that only the
+                    // damaged ones fail, each reported to the peer (see `sendRev`).
+                    prefetched = [:]
+                }
                 var candidates: [ChangeEntry] = []
                 for change in changes {
                     if let docIDs, !docIDs.contains(change.docID) { continue }
@@ -663,9 +675,19 @@ actor ReplicationSession {
             stored = current
         } else {
             let database = self.database, collection = sc.collection
-            (revs, stored) = try await database.inReadBatch { txn in
-                let read = try txn.revisionsAndBody(of: docID, revID: revID, in: collection)
-                return (read?.revisions, read?.body)
+            do {
+                (revs, stored) = try await database.inReadBatch { txn in
+                    let read = try txn.revisionsAndBody(of: docID, revID: revID, in: collection)
+                    return (read?.revisions, read?.body)
+                }
+            } catch let error as PeerSyncError where error.code != .closed && error.code != .cancelled {
+                // Never skipped, never left unanswered: the peer is told, and this side logs it.
+                Logger(.replicator).error("could not read \(docID) \(revID) of \(sc.collection.fullName): \(error.message)")
+                props["error"] = "500"
+                props["errorCode"] = error.code.rawValue
+                props["reason"] = error.message
+                try await blip.sendNoReply(.request("norev", properties: props))
+                return PeerSyncError(error.code, error.message, context: ["docID": docID])
             }
         }
         guard let revs, let info = revs.revision(revID), let stored else {
@@ -717,7 +739,16 @@ actor ReplicationSession {
         } else {
             reply = try await send(.request("rev", properties: props, body: full, flags: [.compressed]), "rev")
         }
+        if reply.isError, reply.errorDomain == "HTTP", reply.errorCode == 507 {
+            // The peer could not store it (disk full): not a per-document refusal; the push
+            // stops here and its checkpoint stays before this revision.
+            throw PeerSyncError(.diskFull, "disk full on the peer: \(reply.bodyString)",
+                                context: ["docID": docID, "status": "507"])
+        }
         if reply.isError {
+            if role == .passive, reply.errorCode != 409 {
+                Logger(.replicator).error("the peer refused \(docID) \(revID): \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)")
+            }
             return PeerSyncError(reply.errorCode == 409 ? .conflict : .replicationFailed,
                                  "the peer refused the revision: \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)",
                                  context: ["docID": docID, "status": String(reply.errorCode ?? 0)])
@@ -751,13 +782,24 @@ actor ReplicationSession {
         if !request.body.isEmpty, let ids = try JSONValue.parse(request.body, "subChanges").objectValue?["docIDs"]?.arrayValue {
             docIDs = Set(ids.compactMap(\.stringValue))
         }
-        _ = sc
         // Sent by Couchbase Lite when it pulls into an empty database: no tombstones.
         let activeOnly = request.properties.bool("activeOnly")
         let task = Task {
             do {
                 try await self.push(index: index, since: since, continuous: continuous, mode: .changes,
                                     docIDs: docIDs, activeOnly: activeOnly, progress: { _ in })
+            } catch let error as PeerSyncError where error.code != .closed && error.code != .cancelled
+                && error.code != .connectionClosed {
+                // This side could not read its changes: the peer must not wait for changes that
+                // never come. It gets a `norev` with the error (no `sequence`: not about one
+                // revision; see `handleNoRev`), then the connection closes.
+                Logger(.replicator).error("serving the changes of \(sc.collection.fullName) failed: \(error.message)")
+                var props = self.collectionProperty(index)
+                props["error"] = "500"
+                props["errorCode"] = error.code.rawValue
+                props["reason"] = error.message
+                try? await self.blip.sendNoReply(.request("norev", properties: props))
+                await self.blip.close(code: 1011, reason: "the changes feed failed")
             } catch {
                 // The connection ended or the peer failed; the session ends with it.
             }
@@ -799,7 +841,7 @@ actor ReplicationSession {
     private func updatePull(_ index: Int, _ change: (inout PullState) -> Void) {
         guard var state = pullStates[index] else { return }
         change(&state)
-        while let first = state.batches.first, first.pending.isEmpty {
+        while let first = state.batches.first, first.pending.isEmpty, !first.failed {
             state.completedRemote = first.lastSequence
             state.batches.removeFirst()
         }
@@ -916,31 +958,119 @@ actor ReplicationSession {
         return BLIPMessage(type: .response, properties: replyProps, body: JSONValue.array(answers).json)
     }
 
+    /// A `norev` with `error` 404 is a revision replaced on the peer since its `changes`
+    /// (the next change brings the new one). Any other error is the peer failing to read the
+    /// revision: a document error, and the session fails (``fail(_:)``) without the
+    /// checkpoint passing it. The PeerSync peer adds `errorCode` (its ``PeerSyncError/Code``).
     private func handleNoRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
-        let (index, _) = try collection(of: request)
-        if let seq = request.properties["sequence"] {
-            let key = (try? JSONValue(parsing: seq))?.canonicalString ?? seq
-            updatePull(index) { state in for i in state.batches.indices { state.batches[i].pending.remove(key) } }
+        let (index, sc) = try collection(of: request)
+        let props = request.properties
+        let status = props["error"].flatMap { Int($0) } ?? 404
+        if status != 404, role == .active {
+            let docID = props["id"] ?? "-"
+            let code = props["errorCode"].map { PeerSyncError.Code(rawValue: $0) } ?? .replicationFailed
+            let what = props["id"] == nil ? "its changes" : docID
+            let error = PeerSyncError(code, "the peer could not send \(what): \(props["reason"] ?? "error \(status)")",
+                                      context: ["docID": docID, "status": String(status)])
+            finishRev(index, props["sequence"], failed: true)
+            events.documents(DocumentReplication(isPush: false, documents: [
+                ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: [], error: error),
+            ]))
+            fail(error)
+            return nil
+        }
+        if props["sequence"] != nil {
+            finishRev(index, props["sequence"])
             events.progress(1, 0)
         }
         return nil
     }
 
-    private func finishRev(_ index: Int, _ sequence: String?) {
+    /// The pulled change `sequence` is handled; `failed`: it was not stored, so the
+    /// checkpoint never passes its batch.
+    private func finishRev(_ index: Int, _ sequence: String?, failed: Bool = false) {
         guard let sequence else { return }
         let key = (try? JSONValue(parsing: sequence))?.canonicalString ?? sequence
-        updatePull(index) { state in for i in state.batches.indices { state.batches[i].pending.remove(key) } }
+        updatePull(index) { state in
+            for i in state.batches.indices where state.batches[i].pending.remove(key) != nil && failed {
+                state.batches[i].failed = true
+            }
+        }
     }
 
+    /// Active: ends the session with `error` (the first one wins): the connection is closed,
+    /// waiting pulls are released, and the run throws `error` instead of completing.
+    func fail(_ error: PeerSyncError) {
+        guard role == .active, failure == nil else { return }
+        failure = error
+        Task { await self.stop() }
+    }
+
+    /// A received revision that could not be stored (the transaction failed: disk full, I/O
+    /// error): its document event carries the error, its change is never checkpointed, the
+    /// active session fails (``fail(_:)``) and the peer gets HTTP 507 (disk full) or 500 —
+    /// never success, never a per-document refusal that a checkpoint would pass.
+    private func storageFailure(_ error: any Error, index: Int, sc: SessionCollection, docID: String,
+                                sequence: String?, flags: DocumentFlags) -> PeerSyncError {
+        let e = (error as? PeerSyncError) ?? PeerSyncError(.storage, "\(error)")
+        let docError = PeerSyncError(e.code, e.message, context: e.context.merging(["docID": docID]) { a, _ in a })
+        finishRev(index, sequence, failed: true)
+        // The session is already ending (another failure, or stopped): nothing new to report.
+        guard failure == nil, !closed else { return blipError("HTTP", 503, e.message) }
+        // The listener logs it; the active side reports it in its status.
+        if role == .passive { Logger(.replicator).error("could not store \(docID) in \(sc.collection.fullName): \(e.message)") }
+        events.documents(DocumentReplication(isPush: false, documents: [
+            ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: flags, error: docError),
+        ]))
+        fail(docError)
+        return e.code == .diskFull ? blipError("HTTP", 507, e.message) : blipError("HTTP", 500, e.message)
+    }
+
+    /// A `rev`. On the active side a pulled revision that is not stored for any reason but a
+    /// delta to resend in full (422) or a document ID no database can hold (a per-document
+    /// error) — a body that does not parse, an invalid revision ID, a storage failure — is
+    /// never skipped: its document event has the error, its change is never
+    /// checkpointed and the session fails (``fail(_:)``); a damaged revision is `.corrupt`.
     private func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        do {
+            return try await receiveRev(request)
+        } catch let error as PeerSyncError where role == .active && failure == nil && error.context["blipCode"] != "422" {
+            let docID = request.properties["id"] ?? "-"
+            let collection = (try? self.collection(of: request))?.1.collection.fullName ?? "-"
+            do { try DocumentID.validate(docID) } catch let idError {
+                // An ID no database can hold (e.g. NUL): a per-document error; the session goes on.
+                events.documents(DocumentReplication(isPush: false, documents: [
+                    ReplicatedDocument(id: docID, collection: collection, flags: [], error: idError),
+                ]))
+                throw error
+            }
+            let e = PeerSyncError(.corrupt, "the peer sent a revision of \(docID) that cannot be stored: \(error.message)",
+                                  context: ["docID": docID])
+            events.documents(DocumentReplication(isPush: false, documents: [
+                ReplicatedDocument(id: docID, collection: collection, flags: [], error: e),
+            ]))
+            fail(e)
+            throw error
+        }
+    }
+
+    private func receiveRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         let (index, sc) = try collection(of: request)
         let props = request.properties
         let sequence = props["sequence"]
-        defer { finishRev(index, sequence) }
+        // Active: true until the revision is stored (or deliberately not: filter, revocation,
+        // a delta to be resent in full, an ID no database can hold); the defer then never lets
+        // the checkpoint pass it.
+        var notStored = role == .active
+        defer { finishRev(index, sequence, failed: notStored) }
         guard let docID = props["id"], let revText = props["rev"], let revID = try? RevisionID(revText) else {
             throw blipError("HTTP", 400, "invalid document or revision ID")
         }
-        do { try DocumentID.validate(docID) } catch { throw blipError("HTTP", 400, error.message) }
+        do { try DocumentID.validate(docID) } catch {
+            // Never storable anywhere (e.g. NUL): a per-document error, not a failed session.
+            notStored = false
+            throw blipError("HTTP", 400, error.message)
+        }
         if role == .passive && readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
         var history: [RevisionID] = []
         if let text = props["history"], !text.isEmpty {
@@ -958,6 +1088,7 @@ actor ReplicationSession {
             guard let base = try? RevisionID(src), let revs = try await sc.collection.revisions(of: docID),
                   let info = revs.revision(base), !info.isDeleted,
                   var baseBody = try await sc.collection.revisionBody(docID: docID, revID: base) else {
+                notStored = false  // the peer resends the full revision with this sequence
                 throw blipError("HTTP", 422, "unknown delta base revision \(src)")
             }
             // A delta touching `_attachments` is against the base's legacy form (notes §8).
@@ -965,6 +1096,7 @@ actor ReplicationSession {
                 baseBody = LegacyAttachments.encode(baseBody, revpos: base.generation)
             }
             do { newBody = try JSONDelta.apply(parsed, to: .object(baseBody)) } catch {
+                notStored = false
                 throw blipError("HTTP", 422, error.message)
             }
         }
@@ -975,6 +1107,7 @@ actor ReplicationSession {
             remoteRevs[index]?[docID] = nil
             await applyRevocation(sc: sc, docID: docID)
             events.progress(1, 0)
+            notStored = false
             return nil
         }
         do { body = try LegacyAttachments.decode(body) } catch {
@@ -986,6 +1119,7 @@ actor ReplicationSession {
             let candidate = Self.document(docID: docID, revID: revID, body: body, deleted: deleted, like: sc)
             if let candidate, !filter(candidate, flags) {
                 events.progress(1, 0)
+                notStored = false
                 return nil
             }
         }
@@ -1004,8 +1138,8 @@ actor ReplicationSession {
         let request = RevisionInsert(collection: sc.collection, docID: docID, revID: revID, history: history, body: body,
                                      deleted: deleted, allowConflict: role == .active, readBack: role == .active)
         let outcome: RevisionInsertOutcome
-        do { outcome = try await inserter.insert(request) } catch let error as PeerSyncError {
-            throw blipError("HTTP", 400, error.message)
+        do { outcome = try await inserter.insert(request) } catch {
+            throw storageFailure(error, index: index, sc: sc, docID: docID, sequence: sequence, flags: flags)
         }
         let result: InsertResult
         var treeAfter: DocumentRevisions?
@@ -1019,6 +1153,7 @@ actor ReplicationSession {
             treeAfter = tree
         }
         withExtendedLifetime(pins) {}
+        notStored = false
         remoteRevs[index, default: RecentMap()][docID] = revID
         var docError: PeerSyncError?
         if role == .active, result.inserted {

@@ -344,10 +344,14 @@ public final class Replicator: Sendable {
         queue.async { for l in listeners { l(event) } }
     }
 
-    private static func isPermanent(_ error: any Error) -> Bool {
+    /// Disk full and damaged data stop a one-shot replicator at once (retrying cannot help it
+    /// finish); a continuous one retries with backoff, the error in its status meanwhile, and
+    /// resumes from its checkpoint once space is freed.
+    private static func isPermanent(_ error: any Error, continuous: Bool) -> Bool {
         guard let e = error as? PeerSyncError else { return false }
         switch e.code {
         case .unauthorized, .collectionNotServed, .invalidArgument, .protocolError: return true
+        case .diskFull, .corrupt: return !continuous
         default:
             if let status = e.context["status"].flatMap(Int.init), (400..<500).contains(status), status != 408, status != 429 { return true }
             if e.code.rawValue.lowercased().contains("tls") || e.code.rawValue.lowercased().contains("certificate") { return true }
@@ -398,7 +402,7 @@ public final class Replicator: Sendable {
             } catch {
                 if Task.isCancelled { break }
                 let e = (error as? PeerSyncError) ?? PeerSyncError(.io, "\(error)")
-                if Self.isPermanent(e) || attempt >= maxAttempts {
+                if Self.isPermanent(e, continuous: cfg.continuous) || attempt >= maxAttempts {
                     finalError = e
                     break
                 }

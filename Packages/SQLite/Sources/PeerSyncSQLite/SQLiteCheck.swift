@@ -20,7 +20,8 @@ func sqliteCheck(_ rc: Int32, db: OpaquePointer?, sql: @autoclosure () -> String
 ///
 /// - `SQLITE_BUSY` → `.busy` (a lock held by another connection/process past the busy timeout)
 /// - `SQLITE_CORRUPT`, `SQLITE_NOTADB` → `.corrupt`
-/// - `SQLITE_IOERR`, `SQLITE_CANTOPEN`, `SQLITE_FULL`, `SQLITE_PERM`, `SQLITE_READONLY`,
+/// - `SQLITE_FULL` → `.diskFull` ("disk full: …")
+/// - `SQLITE_IOERR`, `SQLITE_CANTOPEN`, `SQLITE_PERM`, `SQLITE_READONLY`,
 ///   `SQLITE_NOLFS`, `SQLITE_PROTOCOL` → `.io`
 /// - `SQLITE_TOOBIG` → `.tooLarge`
 /// - `SQLITE_INTERRUPT` → `.cancelled`
@@ -48,7 +49,10 @@ func sqliteError(_ rc: Int32, db: OpaquePointer?, sql: String?) -> PeerSyncError
     case SQLITE_NOTADB:
         code = .corrupt
         message = "the file is not a SQLite database (or its header is damaged): \(detail)"
-    case SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_FULL, SQLITE_PERM, SQLITE_READONLY, SQLITE_NOLFS,
+    case SQLITE_FULL:
+        code = .diskFull
+        message = "disk full: \(detail)"
+    case SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_PERM, SQLITE_READONLY, SQLITE_NOLFS,
          SQLITE_PROTOCOL:
         code = .io
         message = detail
