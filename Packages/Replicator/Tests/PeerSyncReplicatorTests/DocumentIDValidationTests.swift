@@ -5,6 +5,7 @@ import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
 import PeerSyncTransport
+import Synchronization
 import Testing
 
 /// Issue 9: a peer sending a document ID that `DocumentID.validate` refuses (NUL, other
@@ -80,6 +81,49 @@ import Testing
             let closed = await blip.isClosed
             #expect(!closed)
             await blip.close()
+        }
+    }
+}
+
+/// The pulling side: a peer that sends an ID no database can hold (in `changes`, or a `rev`
+/// it was never asked for) gets a per-document error; the pull completes with the rest.
+@Suite struct PulledBadIDTests {
+    @Test func aBadIDFromThePeerIsAPerDocumentErrorAndThePullCompletes() async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            let bad = "a\u{1}b"
+            let changesReply = Mutex<JSONValue?>(nil)
+            let revReplies = Mutex<[String]>([])
+            let peer = try ScriptedPeer(network: peers[0].network) { blip in
+                let changes: JSONValue = [[1, .string(bad), .string(fakeRev(1, "bad"))],
+                                          [2, "good", .string(fakeRev(1, "good"))]]
+                let reply = try await blip.sendRequest(.request("changes", properties: [("collection", "0")], body: changes.canonicalData))
+                changesReply.withLock { $0 = try? JSONValue(parsing: reply.body) }
+                for (seq, id) in [(1, bad), (2, "good")] {
+                    let r = try await blip.sendRequest(.request("rev", properties: [
+                        ("collection", "0"), ("id", id), ("rev", fakeRev(1, id == bad ? "bad" : "good")), ("sequence", String(seq)),
+                    ], body: JSONValue.object(["x": 1]).canonicalData))
+                    revReplies.withLock { $0.append(r.isError ? "\(r.errorCode ?? 0)" : "ok") }
+                }
+                try await blip.sendNoReply(.request("changes", properties: [("collection", "0")], body: Array("[]".utf8)))
+            }
+            var cfg = ReplicatorConfiguration(target: peer.endpoint)
+            cfg.replicatorType = .pull
+            cfg.replyTimeout = .seconds(30)
+            cfg.maxAttempts = 1
+            cfg.addCollection(local)
+            let log = EventLog()
+            let replicator = try Replicator(config: cfg, connector: peer.connector())
+            replicator.addDocumentReplicationListener { e in log.events.withLock { $0.append(e) } }
+            replicator.start()
+            await replicator.waitUntilStopped()
+            #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+            #expect(peer.scriptErrors.isEmpty, "\(peer.scriptErrors)")
+            #expect(changesReply.withLock { $0 }?.arrayValue?.first == .int(400))
+            #expect(revReplies.withLock { $0 } == ["400", "ok"])
+            #expect(try await local.document(id: "good") != nil)
+            #expect(log.documents.contains { $0.id == bad && $0.error?.code == .invalidDocumentID })
+            await peer.close()
         }
     }
 }
