@@ -391,7 +391,7 @@ public final class Replicator: Sendable {
 
     /// The wait after failed attempt `attempt` (from 1) of a series: 1 s, 2 s, 4 s … capped
     /// by `maxWait`.
-    static func retryDelay(afterAttempt attempt: Int, maxWait: Duration) -> Duration {
+    private static func retryDelay(afterAttempt attempt: Int, maxWait: Duration) -> Duration {
         min(.seconds(1) * (1 << min(max(attempt - 1, 0), 30)), maxWait)
     }
 
