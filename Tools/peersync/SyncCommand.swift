@@ -22,11 +22,12 @@ import Synchronization
 /// (seconds, decimals allowed; default 300), at most `--max-attempts N` attempts in a row
 /// (default 10 one-shot, unlimited continuous; 1 = no retry), the count starting again after a
 /// connection that got going. Each failed attempt is one line on stderr:
-/// `peersync: attempt N failed: MESSAGE (ADDRESS); retrying in W s`, and the last one of a run
-/// that gives up `peersync: attempt N failed: MESSAGE (ADDRESS); giving up after N attempts` (that line replaces the
-/// final error line). Invalid values of the two options are usage errors (exit 2). Progress goes to stderr when it is a terminal; with
-/// `--verbose`, activity changes are printed as lines on stderr. On stdout: one line per
-/// resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
+/// `peersync: attempt N failed: MESSAGE (ADDRESS); retrying in W s`; the last one of a run that
+/// gives up, `peersync: attempt N failed: MESSAGE (ADDRESS); giving up after N attempts`,
+/// replaces the final error line. Invalid values of the two options are usage errors (exit 2).
+///
+/// Progress goes to stderr when it is a terminal; with `--verbose`, activity changes are
+/// printed as lines on stderr. On stdout: one line per resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
 /// success, one summary line `sync complete: pushed P, pulled Q revisions, N conflicts resolved`
 /// (see ``SyncReport``). A failed run prints nothing on stdout but conflict lines.
 ///
@@ -222,13 +223,15 @@ enum SyncCommand {
                                   report: SyncReport) async -> Int32 {
         let terminal = ReplicationCLI.stderrIsTerminal
         replicator.addDocumentReplicationListener { report.record($0) }
+        let target = replicator.config.target
         replicator.addChangeListener { change in
             let s = change.status
             report.recordStatus(s.activity)
             if let retry = s.retry {
                 // One line per failed attempt, on a line of its own under terminal progress.
                 let clearProgress = terminal && !verbose ? "\r\u{1B}[K" : ""
-                FileHandle.standardError.write(Data((clearProgress + "peersync: " + attemptLine(retry, error: s.error, target: replicator.config.target) + "\n").utf8))
+                let line = attemptLine(retry, error: s.error, target: target)
+                FileHandle.standardError.write(Data((clearProgress + "peersync: " + line + "\n").utf8))
             }
             if verbose {
                 FileHandle.standardError.write(Data("activity \(s.activity) \(s.progress.completed)/\(s.progress.total)\n".utf8))
