@@ -132,6 +132,42 @@ import Testing
         }
     }
 
+    /// A peer that accepts the connection but never answers: the connection never gets going,
+    /// so it does not start the count again — a one-shot replicator still gives up after
+    /// `maxAttempts`, with the reply timeout.
+    @Test
+    func silentPeerDoesNotResetTheCount() async throws {
+        let network = LoopbackNetwork()
+        let endpoint = try Endpoint(url: "loopback://silent-\(UUID().uuidString.prefix(8))/db")
+        let listener = try LoopbackTransport(network: network, host: endpoint.host).listenLoopback(on: endpoint)
+        let held = Mutex<[LoopbackConnection]>([])
+        let acceptor = Task {
+            while let c = try? await listener.acceptLoopback() { held.withLock { $0.append(c) } }
+        }
+        try await withPeers(1) { p in
+            var cfg = ReplicatorConfiguration(target: endpoint)
+            cfg.replyTimeout = .milliseconds(300)
+            cfg.maxAttempts = 2
+            cfg.maxAttemptWaitTime = .milliseconds(50)
+            cfg.addCollections([try p[0].defaultCollection])
+            let replicator = try Replicator(config: cfg, connector: { _ in
+                try await LoopbackTransport(network: network, host: "client").connect(to: endpoint, options: .init())
+            })
+            let log = StatusLog()
+            replicator.addChangeListener { change in log.statuses.withLock { $0.append(change.status) } }
+            replicator.start()
+            await replicator.waitUntilStopped()
+            #expect(replicator.status.error?.code == .timeout)
+            #expect(replicator.status.retry == ReplicatorRetry(failedAttempt: 2, nextAttemptIn: nil))
+            #expect(log.offline.map(\.retry) == [ReplicatorRetry(failedAttempt: 1, nextAttemptIn: .milliseconds(50))])
+            #expect(try await eventually { held.withLock { $0.count } == 2 })
+        }
+        await listener.close()
+        for c in held.withLock({ $0 }) { c.abort() }
+        acceptor.cancel()
+        await acceptor.value
+    }
+
     /// A permanent error stops at once, without retry information.
     @Test
     func permanentErrorCarriesNoRetry() async throws {
