@@ -28,7 +28,11 @@ struct PeerSyncCLI {
         sync URL [--push|--pull] [--continuous] [--user U --password P]
              [--identity LABEL --keystore DIR] [--pinned-cert FILE | --self-signed-only | --ca FILE]
              [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset]
+             [--max-attempts N] [--max-attempt-wait S]
                              replicate with a listener (active peer)
+                             retries transient failures after 1, 2, 4 … s (at most S, default 300),
+                             at most N attempts in a row (default 10; unlimited with --continuous),
+                             one stderr line per failed attempt
         watch [--count N] [--timeout S]
                              print changes live, also other processes' (until N distinct docs changed)
         Document IDs: non-empty UTF-8, at most 255 bytes, no control characters (U+0000-U+001F, U+007F).

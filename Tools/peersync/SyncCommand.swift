@@ -9,14 +9,25 @@ import Synchronization
 
 /// `peersync --db DIR [--backend B] sync URL [--push|--pull] [--continuous] [--user U --password P]
 ///  [--identity LABEL --keystore DIR] [--pinned-cert FILE | --self-signed-only | --ca FILE]
-///  [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset]`
+///  [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset]
+///  [--max-attempts N] [--max-attempt-wait S]`
 ///
 /// Replicates the default collection with the listener at URL (`ws[s]://host:port/db`).
 /// One-shot: exit 0 only when the replication completed; otherwise exit 1 with one line
 /// (e.g. `HTTP 401: authentication required`). Continuous: runs until SIGINT/SIGTERM (exit 0)
-/// or a permanent error (exit 1). Progress goes to stderr when it is a terminal; with
-/// `--verbose`, activity changes are printed as lines on stderr. On stdout: one line per
-/// resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
+/// or a permanent error (exit 1).
+///
+/// Retries follow Couchbase Lite (see the Replicator README): a transient failure (refused,
+/// reset, timeout, 5xx) is retried after 1 s, 2 s, 4 s … capped by `--max-attempt-wait S`
+/// (seconds, decimals allowed; default 300), at most `--max-attempts N` attempts in a row
+/// (default 10 one-shot, unlimited continuous; 1 = no retry), the count starting again after a
+/// connection that got going. Each failed attempt is one line on stderr:
+/// `peersync: attempt N failed: MESSAGE (ADDRESS); retrying in W s`; the last one of a run that
+/// gives up, `peersync: attempt N failed: MESSAGE (ADDRESS); giving up after N attempts`,
+/// replaces the final error line. Invalid values of the two options are usage errors (exit 2).
+///
+/// Progress goes to stderr when it is a terminal; with `--verbose`, activity changes are
+/// printed as lines on stderr. On stdout: one line per resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
 /// success, one summary line `sync complete: pushed P, pulled Q revisions, N conflicts resolved`
 /// (see ``SyncReport``). A failed run prints nothing on stdout but conflict lines.
 ///
@@ -35,14 +46,18 @@ enum SyncCommand {
              [--user U --password P] [--identity LABEL [--keystore DIR]]
              [--pinned-cert FILE | --self-signed-only | --ca FILE]
              [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset] [--verbose]
+             [--max-attempts N] [--max-attempt-wait S]
     """
 
     static func run(_ args: [String]) async throws -> Int32 {
         let options: ReplicationCLIOptions
         let url: String
+        let maxAttempts: Int?
+        let maxAttemptWait: Duration?
         do {
             options = try ReplicationCLIOptions(args, valueOptions: ["db", "backend", "user", "password", "identity", "keystore",
-                                                                     "pinned-cert", "ca", "conflict", "doc-ids"],
+                                                                     "pinned-cert", "ca", "conflict", "doc-ids",
+                                                                     "max-attempts", "max-attempt-wait"],
                                                 flagOptions: ["push", "pull", "continuous", "self-signed-only", "reset", "verbose", "stats-json"])
             guard options.positionals.first == "sync", options.positionals.count == 2 else {
                 throw ReplicationCLIUsageError("sync takes exactly one URL")
@@ -65,6 +80,8 @@ enum SyncCommand {
             if let c = options.value("conflict"), !["default", "local", "remote", "merge"].contains(c) {
                 throw ReplicationCLIUsageError("--conflict is one of default, local, remote, merge")
             }
+            maxAttempts = try parseMaxAttempts(options.value("max-attempts"))
+            maxAttemptWait = try parseMaxAttemptWait(options.value("max-attempt-wait"))
         } catch let error as ReplicationCLIUsageError {
             ReplicationCLI.fail(error.message)
             FileHandle.standardError.write(Data((usage + "\n").utf8))
@@ -103,6 +120,8 @@ enum SyncCommand {
             config.addCollection(try db.defaultCollection(), config: collectionConfig)
             config.replicatorType = options.flag("push") ? .push : options.flag("pull") ? .pull : .pushAndPull
             config.continuous = options.flag("continuous")
+            if let maxAttempts { config.maxAttempts = maxAttempts }
+            if let maxAttemptWait { config.maxAttemptWaitTime = maxAttemptWait }
             if let user = options.value("user"), let password = options.value("password") {
                 config.authenticator = BasicAuthenticator(username: user, password: password)
             }
@@ -151,6 +170,42 @@ enum SyncCommand {
         }
     }
 
+    /// `--max-attempts N`: a positive integer (nil when absent).
+    static func parseMaxAttempts(_ text: String?) throws(ReplicationCLIUsageError) -> Int? {
+        guard let text else { return nil }
+        guard let n = Int(text), n >= 1 else {
+            throw ReplicationCLIUsageError("--max-attempts needs a positive integer (1 = no retry), got '\(text)'")
+        }
+        return n
+    }
+
+    /// `--max-attempt-wait S`: positive seconds, decimals allowed, at most a year (nil when absent).
+    static func parseMaxAttemptWait(_ text: String?) throws(ReplicationCLIUsageError) -> Duration? {
+        guard let text else { return nil }
+        guard let seconds = Double(text), seconds.isFinite, seconds > 0, seconds <= 365 * 86400 else {
+            throw ReplicationCLIUsageError("--max-attempt-wait needs a positive number of seconds (e.g. 0.5 or 60), got '\(text)'")
+        }
+        return .milliseconds((seconds * 1000).rounded(.up))
+    }
+
+    /// A wait in seconds for the attempt lines: `4`, `0.2`, `1.5`.
+    static func formatSeconds(_ d: Duration) -> String {
+        let ms = d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000
+        if ms % 1000 == 0 { return "\(ms / 1000)" }
+        var text = String(format: "%.3f", Double(ms) / 1000)
+        while text.hasSuffix("0") { text.removeLast() }
+        return text
+    }
+
+    /// The stderr line of a failed attempt (see the type's documentation): the error and the
+    /// address it concerns (the socket's, else the URL's host and port).
+    static func attemptLine(_ retry: ReplicatorRetry, error: PeerSyncError?, target: Endpoint) -> String {
+        let address = error?.context["address"] ?? target.authority
+        let what = "attempt \(retry.failedAttempt) failed: \(error?.message ?? "unknown error") (\(address))"
+        if let wait = retry.nextAttemptIn { return "\(what); retrying in \(formatSeconds(wait)) s" }
+        return "\(what); giving up after \(retry.failedAttempt) attempt\(retry.failedAttempt == 1 ? "" : "s")"
+    }
+
     static func readCertificates(_ file: String) throws -> [Certificate] {
         guard let data = FileManager.default.contents(atPath: file) else {
             throw PeerSyncError(.notFound, "cannot read certificate file \(file)")
@@ -168,9 +223,16 @@ enum SyncCommand {
                                   report: SyncReport) async -> Int32 {
         let terminal = ReplicationCLI.stderrIsTerminal
         replicator.addDocumentReplicationListener { report.record($0) }
+        let target = replicator.config.target
         replicator.addChangeListener { change in
             let s = change.status
             report.recordStatus(s.activity)
+            if let retry = s.retry {
+                // One line per failed attempt, on a line of its own under terminal progress.
+                let clearProgress = terminal && !verbose ? "\r\u{1B}[K" : ""
+                let line = attemptLine(retry, error: s.error, target: target)
+                FileHandle.standardError.write(Data((clearProgress + "peersync: " + line + "\n").utf8))
+            }
             if verbose {
                 FileHandle.standardError.write(Data("activity \(s.activity) \(s.progress.completed)/\(s.progress.total)\n".utf8))
             } else if terminal && s.activity != .stopped {
@@ -194,7 +256,8 @@ enum SyncCommand {
         await report.waitForStoppedEvent()
         if terminal && !verbose { FileHandle.standardError.write(Data("\n".utf8)) }
         if let error = replicator.status.error {
-            ReplicationCLI.fail(error.message)
+            // A run that gave up after transient failures already printed its last attempt line.
+            if replicator.status.retry == nil { ReplicationCLI.fail(error.message) }
             return 1
         }
         let p = replicator.status.progress

@@ -40,9 +40,14 @@ public struct ReplicatorConfiguration: Sendable {
     /// Keep-alive interval; default 300 s. Also bounds how long a reply is awaited (see
     /// ``replyTimeout``). Setting a negative or zero value throws from ``Replicator/init(config:connector:)``.
     public var heartbeat: Duration = .seconds(300)
-    /// Connection attempts before giving up; 0 = default: 10 for one-shot, unlimited for continuous.
+    /// Connection attempts in a row that may fail with a transient error before the replicator
+    /// gives up (1: no retry); 0 = default: 10 for one-shot, unlimited for continuous. The count
+    /// starts again after a connection that got going (see ``Replicator``), so it bounds
+    /// consecutive failures, not failures over the whole run. Negative values throw from
+    /// ``Replicator/init(config:connector:)``.
     public var maxAttempts = 0
-    /// Upper bound of the exponential backoff between attempts; default 300 s.
+    /// Upper bound of the exponential backoff between attempts (1 s, 2 s, 4 s …); default
+    /// 300 s. Non-positive values throw from ``Replicator/init(config:connector:)``.
     public var maxAttemptWaitTime: Duration = .seconds(300)
     /// Purge documents the peer revoked access to (a revocation flag in `changes`, or a
     /// pulled revision with `"_removed": true`), as Couchbase Lite does. Default true. Either
@@ -90,13 +95,34 @@ public struct ReplicatorProgress: Sendable, Hashable {
     public var total: Int
 }
 
-/// A snapshot of a replicator's state. Two statuses are equal when activity, progress and
-/// error are.
+/// A snapshot of a replicator's state. Two statuses are equal when activity, progress,
+/// error and retry are.
 public struct ReplicatorStatus: Sendable, Hashable {
     public var activity: ReplicatorActivityLevel
     public var progress: ReplicatorProgress
     /// The last error (a stopped replicator keeps the one that stopped it).
     public var error: PeerSyncError?
+    /// PeerSync extension (Couchbase Lite's status has no such field): which attempt just
+    /// failed with a transient error and when the next one starts. Set while `.offline`
+    /// (waiting to retry) and on the `.stopped` status of a replicator that gave up after
+    /// `maxAttempts` transient failures (then ``ReplicatorRetry/nextAttemptIn`` is nil);
+    /// nil otherwise, including after a permanent error.
+    public var retry: ReplicatorRetry? = nil
+}
+
+/// A failed connection attempt of a replicator (see ``ReplicatorStatus/retry``).
+public struct ReplicatorRetry: Sendable, Hashable {
+    /// The attempt that failed, from 1, counted since the start or since the last connection
+    /// that got going (the count and the backoff start again after such a connection).
+    public var failedAttempt: Int
+    /// How long the replicator waits before the next attempt: `min(2^(failedAttempt-1) s,
+    /// maxAttemptWaitTime)`; nil when it gave up (no attempt left).
+    public var nextAttemptIn: Duration?
+
+    public init(failedAttempt: Int, nextAttemptIn: Duration?) {
+        self.failedAttempt = failedAttempt
+        self.nextAttemptIn = nextAttemptIn
+    }
 }
 
 /// A status change.
@@ -123,8 +149,14 @@ public final class ReplicatorListenerToken: Sendable {
 /// nil) once both directions are caught up; continuous ones go `.idle` and pick up changes
 /// on either side. Transient failures (refused, reset, timeouts, 5xx, peer closed) are
 /// retried with exponential backoff (1 s, 2 s, 4 s … capped by `maxAttemptWaitTime`, at most
-/// `maxAttempts` attempts); permanent ones (401/403, collection not served, protocol errors,
-/// TLS trust failures) stop the replicator with the error.
+/// `maxAttempts` attempts in a row); permanent ones (401/403, collection not served, protocol
+/// errors, TLS trust failures) stop the replicator with the error. As in Couchbase Lite, the
+/// attempt count — and so the backoff — starts again after a connection that got going: one
+/// whose replication started (the peer answered the opening checkpoint exchange and the
+/// session reported busy or idle), so a connection that breaks after making progress is
+/// retried after the first step (1 s) however many breaks came before it, and a one-shot
+/// replicator over a link that keeps breaking completes as long as each connection gets
+/// going. A peer that accepts connections but never answers does not reset the count.
 public final class Replicator: Sendable {
     public let config: ReplicatorConfiguration
     private let connector: ReplicatorConnector
@@ -142,6 +174,9 @@ public final class Replicator: Sendable {
         var stoppable: ActiveStoppable?
         /// The status listeners were last given (nil before the first notification).
         var lastNotified: ReplicatorStatus?
+        /// Set when the current connection's session reports busy or idle: the peer answered
+        /// the opening exchange and the replication got going (the retry count starts again).
+        var connectionGotGoing = false
     }
 
     private let state = Mutex(State())
@@ -359,18 +394,28 @@ public final class Replicator: Sendable {
         }
     }
 
+    /// The wait after failed attempt `attempt` (from 1) of a series: 1 s, 2 s, 4 s … capped
+    /// by `maxWait`.
+    private static func retryDelay(afterAttempt attempt: Int, maxWait: Duration) -> Duration {
+        min(.seconds(1) * (1 << min(max(attempt - 1, 0), 30)), maxWait)
+    }
+
     private func runLoop(reset: Bool, generation: Int) async {
         let cfg = config
         let maxAttempts = cfg.maxAttempts > 0 ? cfg.maxAttempts : (cfg.continuous ? Int.max : 10)
+        /// The current attempt of the series (from 1); the series starts again after a
+        /// connection that got going.
         var attempt = 0
         var resetNext = reset
         var finalError: PeerSyncError?
+        var finalRetry: ReplicatorRetry?
         let events = SessionEvents(
             documents: { [weak self] in self?.notifyDocuments($0) },
             progress: { [weak self] done, total in
                 self?.setStatus { $0.progress.completed += done; $0.progress.total += total }
             },
             busy: { [weak self] busy in
+                self?.state.withLock { $0.connectionGotGoing = true }
                 // A one-shot replicator is busy until it stops; only continuous ones idle.
                 guard busy || cfg.continuous else { return }
                 self?.setStatus { s in
@@ -381,7 +426,8 @@ public final class Replicator: Sendable {
         let database = collections[0].collection.database
         while !Task.isCancelled {
             attempt += 1
-            setStatus { $0.activity = .connecting }
+            state.withLock { $0.connectionGotGoing = false }
+            setStatus { $0.activity = .connecting; $0.retry = nil }
             do {
                 let connection = try await connector(cfg)
                 state.withLock { $0.serverCertificate = connection.peerCertificateChain.first }
@@ -402,18 +448,25 @@ public final class Replicator: Sendable {
             } catch {
                 if Task.isCancelled { break }
                 let e = (error as? PeerSyncError) ?? PeerSyncError(.io, "\(error)")
-                if Self.isPermanent(e, continuous: cfg.continuous) || attempt >= maxAttempts {
+                // A connection that got going ends the series: this failure is the first of a new one.
+                if state.withLock({ $0.connectionGotGoing }) { attempt = 1 }
+                if Self.isPermanent(e, continuous: cfg.continuous) {
                     finalError = e
                     break
                 }
-                setStatus { $0.activity = .offline; $0.error = e }
-                let seconds = min(pow(2.0, Double(min(attempt - 1, 30))), Double(cfg.maxAttemptWaitTime.components.seconds) +
-                                  Double(cfg.maxAttemptWaitTime.components.attoseconds) / 1e18)
-                do { try await Task.sleep(for: .milliseconds(Int(seconds * 1000))) } catch { break }
+                if attempt >= maxAttempts {
+                    finalError = e
+                    finalRetry = ReplicatorRetry(failedAttempt: attempt, nextAttemptIn: nil)
+                    break
+                }
+                let delay = Self.retryDelay(afterAttempt: attempt, maxWait: cfg.maxAttemptWaitTime)
+                setStatus { $0.activity = .offline; $0.error = e; $0.retry = ReplicatorRetry(failedAttempt: attempt, nextAttemptIn: delay) }
+                do { try await Task.sleep(for: delay) } catch { break }
             }
         }
         state.withLock { s in
             s.status.activity = .stopped
+            s.status.retry = finalRetry
             if let finalError { s.status.error = finalError }
             notifyStatusLocked(&s)
             s.task = nil
