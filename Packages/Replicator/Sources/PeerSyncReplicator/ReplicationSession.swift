@@ -799,6 +799,10 @@ actor ReplicationSession {
                 props["errorCode"] = error.code.rawValue
                 props["reason"] = error.message
                 try? await self.blip.sendNoReply(.request("norev", properties: props))
+                // A PeerSync peer fails its run on that `norev` and closes; closing here at once
+                // could overtake it (the peer would see a dropped connection and retry). A peer
+                // that ignores it is closed after a grace period.
+                try? await Task.sleep(for: .seconds(3))
                 await self.blip.close(code: 1011, reason: "the changes feed failed")
             } catch {
                 // The connection ended or the peer failed; the session ends with it.
