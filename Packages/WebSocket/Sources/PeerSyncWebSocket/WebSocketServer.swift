@@ -105,6 +105,15 @@ public struct WebSocketServerConfiguration: Sendable {
     public var handshakeTimeout: Duration = .seconds(10)
     /// Settings of upgraded connections.
     public var connection = WebSocketConfiguration()
+    /// The most bytes of unfinished incoming messages (a large frame still arriving, the
+    /// fragments of a message before its last) that all connections of this server hold
+    /// together — ``WebSocketServer/partialMessageBudget``. A connection whose partial message
+    /// would take the total over it is closed with 1009 (message too big) and its buffer freed;
+    /// the others keep theirs. nil: no shared limit (each connection still stops at
+    /// ``WebSocketConfiguration/maxMessageSize``). Default 64 MiB: two messages of the default
+    /// 32 MiB maximum at once. Keep it at least `connection.maxMessageSize`, or a message that
+    /// large can never be received.
+    public var maxPartialMessageBytes: Int? = 64 << 20
 
     public init() {}
 }
@@ -120,7 +129,9 @@ public struct WebSocketServerConfiguration: Sendable {
 /// ``WebSocketConnection``. Other requests go to the HTTP handler (404 without one, or 426 if
 /// the path is a WebSocket route); plain HTTP connections are kept alive. Bad requests get
 /// their status (400, 413, 431, 505) and are closed; the server keeps serving the others.
-/// No thread is held per connection.
+/// Unfinished incoming messages of all upgraded connections share one memory budget
+/// (``WebSocketServerConfiguration/maxPartialMessageBytes``, default 64 MiB); the connection
+/// that would exceed it is closed with 1009. No thread is held per connection.
 public final class WebSocketServer: Sendable {
     public let configuration: WebSocketServerConfiguration
     public let routes: [WebSocketRoute]
@@ -128,6 +139,11 @@ public final class WebSocketServer: Sendable {
     /// The bound address and port.
     public let host: String
     public let port: Int
+
+    /// The shared budget of unfinished incoming messages
+    /// (``WebSocketServerConfiguration/maxPartialMessageBytes``); nil without a limit. Its
+    /// ``PartialMessageBudget/bufferedBytes`` is what the connections hold now.
+    public let partialMessageBudget: PartialMessageBudget?
 
     private let listener: TCPListener
     /// Connections still in their handshake (closed by ``stop()``), by id.
@@ -140,6 +156,7 @@ public final class WebSocketServer: Sendable {
         self.routes = routes
         self.httpHandler = httpHandler
         self.listener = listener
+        self.partialMessageBudget = configuration.maxPartialMessageBytes.map { PartialMessageBudget(limit: $0) }
         self.host = listener.host
         self.port = listener.port
     }
@@ -359,7 +376,7 @@ public final class WebSocketServer: Sendable {
                                              subprotocol: subprotocol, initialBytes: parser.takeRemainder(),
                                              peerCertificateChain: context.peerCertificateChain.map(\.derBytes),
                                              handshakeRequest: request, handshakeResponse: response,
-                                             authenticatedUser: user)
+                                             authenticatedUser: user, partialMessageBudget: partialMessageBudget)
         return (route, connection)
     }
 
