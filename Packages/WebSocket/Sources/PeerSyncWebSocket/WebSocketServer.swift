@@ -114,6 +114,12 @@ public struct WebSocketServerConfiguration: Sendable {
     /// 32 MiB maximum at once. Keep it at least `connection.maxMessageSize`, or a message that
     /// large can never be received.
     public var maxPartialMessageBytes: Int? = 64 << 20
+    /// After a connection ends, hand the memory the C allocator keeps free back to the
+    /// operating system (glibc `malloc_trim(0)`) this long after, at most once per this
+    /// interval while connections keep ending. Without it, a burst of connections left the
+    /// process hundreds of MB above its idle size (issue 9). It affects the whole process.
+    /// nil: never. Default 1 s.
+    public var releaseFreedMemoryDelay: Duration? = .seconds(1)
 
     public init() {}
 }
@@ -145,6 +151,15 @@ public final class WebSocketServer: Sendable {
     /// ``PartialMessageBudget/bufferedBytes`` is what the connections hold now.
     public let partialMessageBudget: PartialMessageBudget?
 
+    /// Upgraded connections whose machinery (tasks, queues, buffers) is still alive: 0 once
+    /// every connection has ended and its handler released it.
+    public var liveConnectionCount: Int { lifetimes.value }
+    /// How many times the server asked for freed memory to be handed back to the operating
+    /// system (``WebSocketServerConfiguration/releaseFreedMemoryDelay``).
+    public var freedMemoryReleaseRequests: Int { releaseRequests.load(ordering: .relaxed) }
+
+    private let lifetimes = LiveCount()
+    private let releaseRequests = Atomic<Int>(0)
     private let listener: TCPListener
     /// Connections still in their handshake (closed by ``stop()``), by id.
     private let pending = Mutex<(next: UInt64, streams: [UInt64: TCPStream], stopped: Bool)>((0, [:], false))
@@ -231,6 +246,10 @@ public final class WebSocketServer: Sendable {
         defer {
             if !upgraded { deadline.cancel() }
             untrack(id)
+            if let delay = configuration.releaseFreedMemoryDelay {
+                releaseRequests.add(1, ordering: .relaxed)
+                FreedMemory.releaseSoon(after: delay)
+            }
         }
         var stream: any ByteStream = tcp
         var context = WebSocketRequestContext(remoteAddress: tcp.remoteAddress, isSecure: false, peerCertificateChain: [])
@@ -375,8 +394,9 @@ public final class WebSocketServer: Sendable {
         let connection = WebSocketConnection(stream: stream, role: .server, configuration: configuration.connection,
                                              subprotocol: subprotocol, initialBytes: parser.takeRemainder(),
                                              peerCertificateChain: context.peerCertificateChain.map(\.derBytes),
-                                             handshakeRequest: request, handshakeResponse: response,
-                                             authenticatedUser: user, partialMessageBudget: partialMessageBudget)
+                                             kind: .webSocket, handshakeRequest: request, handshakeResponse: response,
+                                             authenticatedUser: user, partialMessageBudget: partialMessageBudget,
+                                             lifetimes: lifetimes)
         return (route, connection)
     }
 

@@ -78,3 +78,15 @@ struct PartialMessageShare {
         _ = resize(to: 0)
     }
 }
+
+/// A count of live objects (thread-safe): a ``WebSocketServer`` counts the connections whose
+/// machinery — engine, queues, buffers — has not been released yet.
+final class LiveCount: Sendable {
+    private let count = Atomic<Int>(0)
+
+    func add(_ delta: Int) {
+        count.add(delta, ordering: .relaxed)
+    }
+
+    var value: Int { count.load(ordering: .relaxed) }
+}

@@ -81,11 +81,23 @@ public final class WebSocketConnection: MessageConnection {
     /// partial message would take it over its limit, the connection closes with 1009 and
     /// `receive` throws `.tooLarge`. nil: only ``WebSocketConfiguration/maxMessageSize``
     /// applies.
-    public init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration = WebSocketConfiguration(),
-                subprotocol: String? = nil, initialBytes: [UInt8] = [], peerCertificateChain: [[UInt8]] = [],
-                kind: TransportKind = .webSocket, handshakeRequest: HTTPRequest? = nil,
-                handshakeResponse: HTTPResponse? = nil, authenticatedUser: String? = nil,
-                partialMessageBudget: PartialMessageBudget? = nil) {
+    public convenience init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration = WebSocketConfiguration(),
+                            subprotocol: String? = nil, initialBytes: [UInt8] = [], peerCertificateChain: [[UInt8]] = [],
+                            kind: TransportKind = .webSocket, handshakeRequest: HTTPRequest? = nil,
+                            handshakeResponse: HTTPResponse? = nil, authenticatedUser: String? = nil,
+                            partialMessageBudget: PartialMessageBudget? = nil) {
+        self.init(stream: stream, role: role, configuration: configuration, subprotocol: subprotocol,
+                  initialBytes: initialBytes, peerCertificateChain: peerCertificateChain, kind: kind,
+                  handshakeRequest: handshakeRequest, handshakeResponse: handshakeResponse,
+                  authenticatedUser: authenticatedUser, partialMessageBudget: partialMessageBudget, lifetimes: nil)
+    }
+
+    /// The designated initializer; `lifetimes` counts the connection's machinery while it is
+    /// alive (a ``WebSocketServer`` counts its connections with it).
+    init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration,
+         subprotocol: String?, initialBytes: [UInt8], peerCertificateChain: [[UInt8]],
+         kind: TransportKind, handshakeRequest: HTTPRequest?, handshakeResponse: HTTPResponse?,
+         authenticatedUser: String?, partialMessageBudget: PartialMessageBudget?, lifetimes: LiveCount?) {
         self.role = role
         self.configuration = configuration
         self.subprotocol = subprotocol
@@ -96,7 +108,7 @@ public final class WebSocketConnection: MessageConnection {
         self.handshakeResponse = handshakeResponse
         self.authenticatedUser = authenticatedUser
         engine = WebSocketEngine(stream: stream, role: role, configuration: configuration,
-                                 partialMessageBudget: partialMessageBudget)
+                                 partialMessageBudget: partialMessageBudget, lifetimes: lifetimes)
         engine.start(initialBytes: initialBytes)
     }
 
@@ -130,6 +142,7 @@ final class WebSocketEngine: Sendable {
     let configuration: WebSocketConfiguration
     private let stream: any ByteStream
     private let partialMessageBudget: PartialMessageBudget?
+    private let lifetimes: LiveCount?
     private let incoming: InboundQueue
     private let outbound: OutboundQueue
     private let state = Mutex(State())
@@ -147,14 +160,20 @@ final class WebSocketEngine: Sendable {
     }
 
     init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration,
-         partialMessageBudget: PartialMessageBudget?) {
+         partialMessageBudget: PartialMessageBudget?, lifetimes: LiveCount?) {
         self.stream = stream
         self.partialMessageBudget = partialMessageBudget
+        self.lifetimes = lifetimes
+        lifetimes?.add(1)
         self.role = role
         self.configuration = configuration
         incoming = InboundQueue(maxCount: configuration.receiveBufferMessages,
                                 maxBytes: configuration.receiveBufferBytes)
         outbound = OutboundQueue(limit: configuration.sendBufferBytes)
+    }
+
+    deinit {
+        lifetimes?.add(-1)
     }
 
     func start(initialBytes: [UInt8]) {
