@@ -163,6 +163,9 @@ public final class URLEndpointListener: Sendable {
         ("a"..."z").contains(scalar) || ("0"..."9").contains(scalar) || "_$()+-".unicodeScalars.contains(scalar)
     }
 
+    /// The WebSocket server while running (tests read its connection and memory counters).
+    var webSocketServer: WebSocketServer? { state.withLock { $0.server } }
+
     /// The bound port while running, nil when stopped.
     public var port: Int? { state.withLock { $0.server?.port } }
 
