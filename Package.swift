@@ -144,7 +144,7 @@ let package = Package(
         tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
 
         // MARK: WebSocket
-        // CEpoll: <sys/epoll.h> and <sys/eventfd.h>, which Swift's Glibc module does not export.
+        // CEpoll: <sys/epoll.h>, <sys/eventfd.h> and <malloc.h>, which Swift's Glibc module does not export.
         .systemLibrary(name: "CEpoll", path: "Packages/WebSocket/Sources/CEpoll"),
         library("PeerSyncWebSocket", folder: "WebSocket",
                 dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",

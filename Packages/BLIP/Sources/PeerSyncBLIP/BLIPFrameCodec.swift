@@ -36,12 +36,26 @@ public struct BLIPTuning: Sendable, Hashable {
 /// Builds outgoing frames for one connection: owns the outbound running CRC-32 and the
 /// outbound deflate stream. Frames must be written to the wire in the order they are built.
 /// Not thread-safe; the connection's writer serializes use.
+///
+/// The deflate stream (about 400 KiB of zlib state) is created with the first compressed
+/// frame, so a connection that never sends one (an idle or silent peer) does not hold it.
 final class BLIPFrameEncoder {
     private(set) var crc: UInt32 = 0
-    private let deflater: Deflater?
+    private let compressionLevel: Int32
+    private var deflater: Deflater?
+
+    /// Whether the deflate stream exists (created by the first compressed frame).
+    var hasDeflater: Bool { deflater != nil }
 
     init(compressionLevel: Int32) throws(PeerSyncError) {
-        deflater = compressionLevel > 0 ? try Deflater(level: compressionLevel) : nil
+        self.compressionLevel = compressionLevel
+    }
+
+    private func makeDeflater() throws(PeerSyncError) -> Deflater {
+        if let deflater { return deflater }
+        let created = try Deflater(level: compressionLevel)
+        deflater = created
+        return created
     }
 
     /// The next frame of a message: at most about `maxFrameSize` bytes of content from
@@ -57,7 +71,7 @@ final class BLIPFrameEncoder {
         let end = min(content.count, offset + room)
         let slice = content[offset..<end]
         // An empty payload (the end of a streamed body) is never sent through the deflater.
-        let compress = flags.contains(.compressed) && deflater != nil && !slice.isEmpty
+        let compress = flags.contains(.compressed) && compressionLevel > 0 && !slice.isEmpty
         var frameFlags = flags.subtracting([.moreComing, .compressed])
         if compress { frameFlags.insert(.compressed) }
         if end < content.count || !isLast { frameFlags.insert(.moreComing) }
@@ -68,8 +82,8 @@ final class BLIPFrameEncoder {
         Varint.append(number, to: &frame)
         frame.append(frameFlags.rawValue)
         let payloadStart = frame.count
-        if compress, let deflater {
-            try deflater.compress(slice, appendingTo: &frame)
+        if compress {
+            try makeDeflater().compress(slice, appendingTo: &frame)
         } else {
             frame.append(contentsOf: slice)
         }
@@ -127,7 +141,9 @@ final class BLIPFrameDecoder {
     }
 
     private(set) var crc: UInt32 = 0
-    private let inflater: Inflater
+    /// Created with the first compressed frame received (about 40 KiB of zlib state plus
+    /// buffers), so a connection that never receives one does not hold it.
+    private var inflater: Inflater?
     private let tuning: BLIPTuning
     private var lastRequestNumber: UInt64 = 0
     private var requests: [UInt64: Incoming] = [:]
@@ -139,7 +155,16 @@ final class BLIPFrameDecoder {
 
     init(tuning: BLIPTuning) throws(PeerSyncError) {
         self.tuning = tuning
-        inflater = try Inflater(maxOutput: max(tuning.maxFrameSize * 64, 1 << 20))
+    }
+
+    /// Whether the inflate stream exists (created by the first compressed frame).
+    var hasInflater: Bool { inflater != nil }
+
+    private func makeInflater() throws(PeerSyncError) -> Inflater {
+        if let inflater { return inflater }
+        let created = try Inflater(maxOutput: max(tuning.maxFrameSize * 64, 1 << 20))
+        inflater = created
+        return created
     }
 
     /// Call when sending a request that expects a response, so its response is accepted.
@@ -186,7 +211,7 @@ final class BLIPFrameDecoder {
         let payloadEnd = bytes.endIndex - 4
         let counted = bytes.endIndex - index
         let payload = flags.contains(.compressed)
-            ? try inflater.decompress(bytes[index..<payloadEnd]) : Array(bytes[index..<payloadEnd])
+            ? try makeInflater().decompress(bytes[index..<payloadEnd]) : Array(bytes[index..<payloadEnd])
         crc = crc32Update(crc, payload)
         let sent = UInt32(bytes[payloadEnd]) << 24 | UInt32(bytes[payloadEnd + 1]) << 16
             | UInt32(bytes[payloadEnd + 2]) << 8 | UInt32(bytes[payloadEnd + 3])

@@ -92,6 +92,30 @@ func hex(_ text: String) -> [UInt8] {
         #expect(BLIPFrameEncoder.ackFrame(type: .ackRequest, number: 5, received: 50_010) == hex("05 34 da 86 03"))
     }
 
+    /// Issue 9 §4: zlib state (~400 KiB per connection for deflate) is created by the first
+    /// compressed frame, not by the connection: 3,000 silent connections held ~190 KB each.
+    @Test func zlibStateIsCreatedByTheFirstCompressedFrameOnly() throws {
+        let encoder = try BLIPFrameEncoder(compressionLevel: 6)
+        let decoder = try BLIPFrameDecoder(tuning: BLIPTuning())
+        #expect(!encoder.hasDeflater && !decoder.hasInflater)
+        var offset = 0
+        let plain = BLIPMessage.request("getCheckpoint", properties: [("client", "x")])
+        let (frame, _) = try encoder.nextFrame(type: .request, number: 1, flags: plain.flags, content: plain.encodedContent(),
+                                               offset: &offset, maxFrameSize: 16384)
+        _ = try decoder.decode(frame)
+        #expect(!encoder.hasDeflater && !decoder.hasInflater)
+        offset = 0
+        let body = Array(repeating: Array("{\"n\":1}".utf8), count: 100).flatMap { $0 }
+        let compressed = BLIPMessage.request("rev", properties: [("id", "doc")], body: body, flags: [.compressed])
+        let (second, _) = try encoder.nextFrame(type: .request, number: 2, flags: compressed.flags,
+                                                content: compressed.encodedContent(), offset: &offset, maxFrameSize: 16384)
+        var received: [UInt8] = []
+        for case .body(_, _, let bytes) in try decoder.decode(second) { received += bytes }
+        #expect(encoder.hasDeflater && decoder.hasInflater)
+        #expect(received == body)
+        #expect(encoder.crc == decoder.crc)
+    }
+
     @Test func roundTripsLargeCompressedMessagesAcrossFramesWithAcks() throws {
         let encoder = try BLIPFrameEncoder(compressionLevel: 6)
         let decoder = try BLIPFrameDecoder(tuning: BLIPTuning())

@@ -48,6 +48,13 @@ public struct URLEndpointListenerConfiguration: Sendable {
     /// `_changes`, database info) on the replication port. Default false: like Couchbase
     /// Lite's listener, only `/<db>/_blipsync` is served and any other request gets `404`.
     public var enableREST = false
+    /// PeerSync extension: the most bytes of unfinished incoming WebSocket messages (large
+    /// frames or fragments still arriving) all of the listener's connections hold together.
+    /// A connection whose partial message would take the total over it is closed with 1009
+    /// (message too big) and its buffer freed; the others go on. nil: no shared limit (each
+    /// message is still limited to 32 MiB). Default 64 MiB
+    /// (``PeerSyncWebSocket/WebSocketServerConfiguration/maxPartialMessageBytes``).
+    public var maxPartialMessageBytes: Int? = 64 << 20
 
     public init(collections: [Collection]) {
         self.collections = collections
@@ -160,6 +167,9 @@ public final class URLEndpointListener: Sendable {
         ("a"..."z").contains(scalar) || ("0"..."9").contains(scalar) || "_$()+-".unicodeScalars.contains(scalar)
     }
 
+    /// The WebSocket server while running (tests read its connection and memory counters).
+    var webSocketServer: WebSocketServer? { state.withLock { $0.server } }
+
     /// The bound port while running, nil when stopped.
     public var port: Int? { state.withLock { $0.server?.port } }
 
@@ -225,6 +235,7 @@ public final class URLEndpointListener: Sendable {
             }
         }
         serverConfig.port = config.port
+        serverConfig.maxPartialMessageBytes = config.maxPartialMessageBytes
         if let iface = config.networkInterface {
             if iface.contains(".") || iface.contains(":") {
                 serverConfig.host = iface

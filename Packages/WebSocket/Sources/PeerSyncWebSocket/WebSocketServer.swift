@@ -105,6 +105,21 @@ public struct WebSocketServerConfiguration: Sendable {
     public var handshakeTimeout: Duration = .seconds(10)
     /// Settings of upgraded connections.
     public var connection = WebSocketConfiguration()
+    /// The most bytes of unfinished incoming messages (a large frame still arriving, the
+    /// fragments of a message before its last) that all connections of this server hold
+    /// together — ``WebSocketServer/partialMessageBudget``. A connection whose partial message
+    /// would take the total over it is closed with 1009 (message too big) and its buffer freed;
+    /// the others keep theirs. nil: no shared limit (each connection still stops at
+    /// ``WebSocketConfiguration/maxMessageSize``). Default 64 MiB: two messages of the default
+    /// 32 MiB maximum at once. Keep it at least `connection.maxMessageSize`, or a message that
+    /// large can never be received.
+    public var maxPartialMessageBytes: Int? = 64 << 20
+    /// After a connection ends, hand the memory the C allocator keeps free back to the
+    /// operating system (glibc `malloc_trim(0)`) this long after, at most once per this
+    /// interval while connections keep ending. Without it, a burst of connections left the
+    /// process hundreds of MB above its idle size (issue 9). It affects the whole process.
+    /// nil: never. Default 1 s.
+    public var releaseFreedMemoryDelay: Duration? = .seconds(1)
 
     public init() {}
 }
@@ -120,7 +135,9 @@ public struct WebSocketServerConfiguration: Sendable {
 /// ``WebSocketConnection``. Other requests go to the HTTP handler (404 without one, or 426 if
 /// the path is a WebSocket route); plain HTTP connections are kept alive. Bad requests get
 /// their status (400, 413, 431, 505) and are closed; the server keeps serving the others.
-/// No thread is held per connection.
+/// Unfinished incoming messages of all upgraded connections share one memory budget
+/// (``WebSocketServerConfiguration/maxPartialMessageBytes``, default 64 MiB); the connection
+/// that would exceed it is closed with 1009. No thread is held per connection.
 public final class WebSocketServer: Sendable {
     public let configuration: WebSocketServerConfiguration
     public let routes: [WebSocketRoute]
@@ -129,6 +146,20 @@ public final class WebSocketServer: Sendable {
     public let host: String
     public let port: Int
 
+    /// The shared budget of unfinished incoming messages
+    /// (``WebSocketServerConfiguration/maxPartialMessageBytes``); nil without a limit. Its
+    /// ``PartialMessageBudget/bufferedBytes`` is what the connections hold now.
+    public let partialMessageBudget: PartialMessageBudget?
+
+    /// Upgraded connections whose machinery (tasks, queues, buffers) is still alive: 0 once
+    /// every connection has ended and its handler released it.
+    public var liveConnectionCount: Int { lifetimes.value }
+    /// How many times the server asked for freed memory to be handed back to the operating
+    /// system (``WebSocketServerConfiguration/releaseFreedMemoryDelay``).
+    public var freedMemoryReleaseRequests: Int { releaseRequests.load(ordering: .relaxed) }
+
+    private let lifetimes = LiveCount()
+    private let releaseRequests = Atomic<Int>(0)
     private let listener: TCPListener
     /// Connections still in their handshake (closed by ``stop()``), by id.
     private let pending = Mutex<(next: UInt64, streams: [UInt64: TCPStream], stopped: Bool)>((0, [:], false))
@@ -140,6 +171,7 @@ public final class WebSocketServer: Sendable {
         self.routes = routes
         self.httpHandler = httpHandler
         self.listener = listener
+        self.partialMessageBudget = configuration.maxPartialMessageBytes.map { PartialMessageBudget(limit: $0) }
         self.host = listener.host
         self.port = listener.port
     }
@@ -214,6 +246,10 @@ public final class WebSocketServer: Sendable {
         defer {
             if !upgraded { deadline.cancel() }
             untrack(id)
+            if let delay = configuration.releaseFreedMemoryDelay {
+                releaseRequests.add(1, ordering: .relaxed)
+                FreedMemory.releaseSoon(after: delay)
+            }
         }
         var stream: any ByteStream = tcp
         var context = WebSocketRequestContext(remoteAddress: tcp.remoteAddress, isSecure: false, peerCertificateChain: [])
@@ -358,8 +394,9 @@ public final class WebSocketServer: Sendable {
         let connection = WebSocketConnection(stream: stream, role: .server, configuration: configuration.connection,
                                              subprotocol: subprotocol, initialBytes: parser.takeRemainder(),
                                              peerCertificateChain: context.peerCertificateChain.map(\.derBytes),
-                                             handshakeRequest: request, handshakeResponse: response,
-                                             authenticatedUser: user)
+                                             kind: .webSocket, handshakeRequest: request, handshakeResponse: response,
+                                             authenticatedUser: user, partialMessageBudget: partialMessageBudget,
+                                             lifetimes: lifetimes)
         return (route, connection)
     }
 

@@ -68,7 +68,22 @@ public struct WebSocketFrameDecoder: Sendable {
     /// Bytes of a partial frame header held until more input arrives.
     public var bufferedByteCount: Int { headerBytes.count }
 
-    /// Whether the decoder stopped (after a close frame or an error).
+    /// Bytes held for input not yet returned as an event: the payload read so far of an
+    /// unfinished data message (all its fragments) or control frame, and a partial header.
+    /// 0 between messages. Connections report it to a ``PartialMessageBudget``.
+    public var partialMessageByteCount: Int { message.count + frameControl.count + headerBytes.count }
+
+    /// Stops decoding: drops any partial frame and message (freeing their buffers) and yields
+    /// nothing more, as after an error. For a connection that refuses to buffer more.
+    public mutating func stop() {
+        state = .done
+        headerBytes = []
+        message = []
+        frameControl = []
+        messageOpcode = nil
+    }
+
+    /// Whether the decoder stopped (after a close frame, an error or ``stop()``).
     public var isFinished: Bool {
         if case .done = state { return true }
         return false

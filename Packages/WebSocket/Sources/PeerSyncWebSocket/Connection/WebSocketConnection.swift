@@ -53,7 +53,7 @@ public struct WebSocketConfiguration: Sendable, Hashable {
 /// cut.
 ///
 /// Use ``WebSocketTransport`` / ``WebSocketServer`` to get connections over TCP; call
-/// ``init(stream:role:configuration:subprotocol:initialBytes:peerCertificateChain:kind:handshakeRequest:handshakeResponse:authenticatedUser:)``
+/// ``init(stream:role:configuration:subprotocol:initialBytes:peerCertificateChain:kind:handshakeRequest:handshakeResponse:authenticatedUser:partialMessageBudget:)``
 /// yourself to run WebSocket framing over another byte stream after your own handshake.
 public final class WebSocketConnection: MessageConnection {
     public let role: WebSocketRole
@@ -76,10 +76,28 @@ public final class WebSocketConnection: MessageConnection {
     /// Starts the WebSocket protocol on `stream`, whose opening handshake is done.
     /// `initialBytes` are bytes already read past the handshake (the start of the first
     /// frames). The connection owns the stream from now on and closes it when it ends.
-    public init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration = WebSocketConfiguration(),
-                subprotocol: String? = nil, initialBytes: [UInt8] = [], peerCertificateChain: [[UInt8]] = [],
-                kind: TransportKind = .webSocket, handshakeRequest: HTTPRequest? = nil,
-                handshakeResponse: HTTPResponse? = nil, authenticatedUser: String? = nil) {
+    /// `partialMessageBudget`: a memory budget for unfinished incoming messages shared with
+    /// other connections (a ``WebSocketServer`` passes its own); when this connection's
+    /// partial message would take it over its limit, the connection closes with 1009 and
+    /// `receive` throws `.tooLarge`. nil: only ``WebSocketConfiguration/maxMessageSize``
+    /// applies.
+    public convenience init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration = WebSocketConfiguration(),
+                            subprotocol: String? = nil, initialBytes: [UInt8] = [], peerCertificateChain: [[UInt8]] = [],
+                            kind: TransportKind = .webSocket, handshakeRequest: HTTPRequest? = nil,
+                            handshakeResponse: HTTPResponse? = nil, authenticatedUser: String? = nil,
+                            partialMessageBudget: PartialMessageBudget? = nil) {
+        self.init(stream: stream, role: role, configuration: configuration, subprotocol: subprotocol,
+                  initialBytes: initialBytes, peerCertificateChain: peerCertificateChain, kind: kind,
+                  handshakeRequest: handshakeRequest, handshakeResponse: handshakeResponse,
+                  authenticatedUser: authenticatedUser, partialMessageBudget: partialMessageBudget, lifetimes: nil)
+    }
+
+    /// The designated initializer; `lifetimes` counts the connection's machinery while it is
+    /// alive (a ``WebSocketServer`` counts its connections with it).
+    init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration,
+         subprotocol: String?, initialBytes: [UInt8], peerCertificateChain: [[UInt8]],
+         kind: TransportKind, handshakeRequest: HTTPRequest?, handshakeResponse: HTTPResponse?,
+         authenticatedUser: String?, partialMessageBudget: PartialMessageBudget?, lifetimes: LiveCount?) {
         self.role = role
         self.configuration = configuration
         self.subprotocol = subprotocol
@@ -89,7 +107,8 @@ public final class WebSocketConnection: MessageConnection {
         self.handshakeRequest = handshakeRequest
         self.handshakeResponse = handshakeResponse
         self.authenticatedUser = authenticatedUser
-        engine = WebSocketEngine(stream: stream, role: role, configuration: configuration)
+        engine = WebSocketEngine(stream: stream, role: role, configuration: configuration,
+                                 partialMessageBudget: partialMessageBudget, lifetimes: lifetimes)
         engine.start(initialBytes: initialBytes)
     }
 
@@ -122,6 +141,8 @@ final class WebSocketEngine: Sendable {
     let role: WebSocketRole
     let configuration: WebSocketConfiguration
     private let stream: any ByteStream
+    private let partialMessageBudget: PartialMessageBudget?
+    private let lifetimes: LiveCount?
     private let incoming: InboundQueue
     private let outbound: OutboundQueue
     private let state = Mutex(State())
@@ -138,13 +159,21 @@ final class WebSocketEngine: Sendable {
         var heartbeat: Task<Void, Never>?
     }
 
-    init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration) {
+    init(stream: any ByteStream, role: WebSocketRole, configuration: WebSocketConfiguration,
+         partialMessageBudget: PartialMessageBudget?, lifetimes: LiveCount?) {
         self.stream = stream
+        self.partialMessageBudget = partialMessageBudget
+        self.lifetimes = lifetimes
+        lifetimes?.add(1)
         self.role = role
         self.configuration = configuration
         incoming = InboundQueue(maxCount: configuration.receiveBufferMessages,
                                 maxBytes: configuration.receiveBufferBytes)
         outbound = OutboundQueue(limit: configuration.sendBufferBytes)
+    }
+
+    deinit {
+        lifetimes?.add(-1)
     }
 
     func start(initialBytes: [UInt8]) {
@@ -364,9 +393,11 @@ final class WebSocketEngine: Sendable {
         var decoder = WebSocketFrameDecoder(role: role == .client ? .client : .server,
                                             maxMessageSize: configuration.maxMessageSize)
         var events: [WebSocketFrameDecoder.Event] = []
+        var share = PartialMessageShare(budget: partialMessageBudget)
+        defer { share.release() }
         do {
             if !initialBytes.isEmpty {
-                let failure = initialBytes.withUnsafeBytes { Self.decode($0, &decoder, &events) }
+                let failure = initialBytes.withUnsafeBytes { Self.decode($0, &decoder, &events, &share) }
                 if await handle(events) { return }
                 if let failure { throw failure }
             }
@@ -385,7 +416,7 @@ final class WebSocketEngine: Sendable {
                             }
                             noteActivity()
                             events.removeAll(keepingCapacity: true)
-                            let failure = Self.decode(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<n]), &decoder, &events)
+                            let failure = Self.decode(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<n]), &decoder, &events, &share)
                             // A short read emptied the socket: wait instead of asking again.
                             drained = n < scratch.bytes.count
                             if await handle(events) {
@@ -415,7 +446,7 @@ final class WebSocketEngine: Sendable {
                 }
                 noteActivity()
                 events.removeAll(keepingCapacity: true)
-                let failure = bytes.withUnsafeBytes { Self.decode($0, &decoder, &events) }
+                let failure = bytes.withUnsafeBytes { Self.decode($0, &decoder, &events, &share) }
                 if await handle(events) { return }
                 if let failure { throw failure }
             }
@@ -433,15 +464,32 @@ final class WebSocketEngine: Sendable {
         }
     }
 
-    /// Decodes `bytes` into `events`; returns the decoding error (events before it are kept).
+    /// Decodes `bytes` into `events` and brings `share` to the partial message the decoder
+    /// then holds; returns the decoding or budget error (events before it are kept).
     private static func decode(_ bytes: UnsafeRawBufferPointer, _ decoder: inout WebSocketFrameDecoder,
-                               _ events: inout [WebSocketFrameDecoder.Event]) -> PeerSyncError? {
+                               _ events: inout [WebSocketFrameDecoder.Event],
+                               _ share: inout PartialMessageShare) -> PeerSyncError? {
         do throws(PeerSyncError) {
             try decoder.decode(bytes, into: &events)
-            return nil
         } catch {
+            share.release()  // the decoder dropped its partial message
             return error
         }
+        return account(&decoder, &share)
+    }
+
+    /// Brings the reader's share of the partial-message budget to what the decoder now holds.
+    /// If the budget refuses the growth, the partial message is dropped (its memory freed at
+    /// once, not after the close handshake) and a `.tooLarge` error (close code 1009) returned.
+    private static func account(_ decoder: inout WebSocketFrameDecoder, _ share: inout PartialMessageShare) -> PeerSyncError? {
+        guard let budget = share.budget else { return nil }
+        let partial = decoder.partialMessageByteCount
+        if share.resize(to: partial) { return nil }
+        decoder.stop()
+        share.release()
+        return PeerSyncError(.tooLarge,
+                             "message too big: unfinished incoming messages would exceed this server's limit of \(budget.limit) bytes",
+                             context: ["limit": String(budget.limit), "buffered": String(partial)])
     }
 
     /// Acts on decoded events; returns true once the peer's close frame was handled (the
@@ -523,6 +571,12 @@ final class WebSocketEngine: Sendable {
             if !Task.isCancelled { await stream.close() }
         }
         await outbound.waitUntilCloseWrittenOrFailed()
+        // Let the peer read the close frame and its reason: end our side, then read and
+        // discard what it is still sending until it closes (or the timer drops the link).
+        // Closing with unread input would reset the connection, and a reset can discard the
+        // close frame before the peer reads it. Nothing read here is kept.
+        await stream.shutdownOutput()
+        while let _ = try? await stream.read(maxBytes: 64 * 1024) {}
         timer.cancel()
         await finish(abnormal: error)
     }
