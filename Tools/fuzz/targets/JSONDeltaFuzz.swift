@@ -9,6 +9,9 @@
 //   nil exactly when they are equal, and otherwise a delta that `apply` turns back into
 //   `new` — also after the delta travels as canonical JSON (what a peer receives);
 // - `create(old: x, new: x)` is nil.
+// "Equal" above is checked twice: with `==` and with `same` below, where an integer and a
+// double are equal only when they are exactly the same number (so a lossy `==` cannot hide a
+// delta that loses data).
 
 import PeerSyncCore
 
@@ -17,6 +20,19 @@ let fixedBase = try! JSONValue(parsing: #"""
      "list": [1, "two", [3], {"four": 4}], "obj": {"a": "b", "nested": {"x": [1, 2]}},
      "text": "héllo wörld"}
     """#)
+
+/// Structural equality with exact number comparison.
+func same(_ a: JSONValue, _ b: JSONValue) -> Bool {
+    switch (a, b) {
+    case let (.int(x), .int(y)): return x == y
+    case let (.double(x), .double(y)): return x == y
+    case let (.int(x), .double(y)), let (.double(y), .int(x)): return Int64(exactly: y) == x
+    case let (.array(x), .array(y)): return x.count == y.count && zip(x, y).allSatisfy { same($0, $1) }
+    case let (.object(x), .object(y)):
+        return x.count == y.count && x.allSatisfy { key, value in y[key].map { same(value, $0) } ?? false }
+    default: return a == b
+    }
+}
 
 func parseJSON(_ bytes: ArraySlice<UInt8>) -> JSONValue? {
     try? JSONValue(parsing: bytes)
@@ -47,7 +63,9 @@ public func fuzzJSONDelta(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     // 2. `other` as the new value: create, then apply must rebuild it.
     if JSONDelta.create(old: base, new: base) != nil { fatalError("create(x, x) is not nil for \(base)") }
     guard let delta = JSONDelta.create(old: base, new: other) else {
-        if base != other { fatalError("create gives no delta for different values \(base) / \(other)") }
+        if base != other || !same(base, other) {
+            fatalError("create gives no delta for different values \(base) / \(other)")
+        }
         return 0
     }
     if base == other { fatalError("create gives a delta for equal values \(base)") }
@@ -55,14 +73,14 @@ public func fuzzJSONDelta(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     do { rebuilt = try JSONDelta.apply(delta, to: base) } catch {
         fatalError("created delta does not apply: \(error)\nold: \(base)\nnew: \(other)\ndelta: \(delta)")
     }
-    if rebuilt != other {
+    if rebuilt != other || !same(rebuilt, other) {
         fatalError("apply(create(old, new), old) != new\nold: \(base)\nnew: \(other)\ndelta: \(delta)\ngot: \(rebuilt)")
     }
     // The delta as it travels: canonical JSON, parsed by the receiver.
     guard let sent = try? JSONValue(parsing: delta.canonicalData) else {
         fatalError("created delta does not re-parse: \(delta)")
     }
-    guard let received = try? JSONDelta.apply(sent, to: base), received == other else {
+    guard let received = try? JSONDelta.apply(sent, to: base), received == other, same(received, other) else {
         fatalError("created delta changes meaning on the wire\nold: \(base)\nnew: \(other)\ndelta: \(delta)")
     }
     return 0

@@ -19,6 +19,18 @@ import Testing
         #expect(try JSONDelta.apply(.object([:]), to: v) == v)
     }
 
+    /// Regression (json-delta fuzz seed regression-lossy-int-double-equality): a number
+    /// changed beyond 2^53 from an integer to a double that rounds alike got no delta, so the
+    /// receiver kept the old number.
+    @Test func numberChangeBeyondDoublePrecisionHasADelta() throws {
+        let old = try json(#"{"n":9007199254740993}"#)
+        let new = try json(#"{"n":9007199254740992.0}"#)
+        let delta = try #require(JSONDelta.create(old: old, new: new))
+        let applied = try JSONDelta.apply(try JSONValue(parsing: delta.canonicalData), to: old)
+        #expect(applied == new)
+        #expect(applied["n"] == .double(9_007_199_254_740_992))
+    }
+
     @Test func formats() throws {
         // Replacing by a collection uses [v]; arrays by index and "n-" tail.
         #expect(JSONDelta.create(old: try json(#"{"a":1}"#), new: try json(#"{"a":[1]}"#))
