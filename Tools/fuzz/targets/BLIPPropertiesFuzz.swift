@@ -9,7 +9,11 @@
 //   properties (decoding is a bijection on what it accepts);
 // - the accessors (`subscript`, `int`, `bool`, iteration) never trap and lookups return the
 //   first match;
-// - a message with these properties encodes its content as varint(length) ‖ properties ‖ body.
+// - a message with these properties encodes its content as varint(length) ‖ properties ‖ body;
+// - the subscript setter (update first match / append / remove first match) keeps the other
+//   pairs in order, and edited properties still encode ↔ decode exactly.
+// (Strings containing NUL cannot be represented and are never produced by decode; the encoder
+// does not check for them — see Tools/fuzz/README.md, "Findings".)
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzBLIPProperties(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
@@ -46,6 +50,29 @@ public func fuzzBLIPProperties(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int
     guard let length = try? Varint.read(content[...], at: &index), Int(length) == encoded.count,
           Array(content[index..<index + Int(length)]) == encoded, Array(content[(index + Int(length))...]) == [1, 2, 3] else {
         fatalError("message content does not frame its properties")
+    }
+    // Edits through the subscript: set each key to the next pair's value, then remove one key.
+    var edited = properties
+    let pairs = properties.pairs
+    for (i, pair) in pairs.enumerated() {
+        let newValue = pairs[(i + 1) % pairs.count].value
+        let firstIndex = edited.pairs.firstIndex { $0.key == pair.key }
+        edited[pair.key] = newValue
+        if edited[pair.key] != newValue { fatalError("subscript set of \(pair.key) not visible") }
+        if let firstIndex, edited.pairs[firstIndex].key != pair.key { fatalError("subscript set moved a pair") }
+    }
+    if edited.pairs.count != pairs.count { fatalError("updating existing keys changed the count") }
+    if let key = pairs.first?.key {
+        let before = edited.pairs.count
+        edited[key] = nil
+        if edited.pairs.count != before - 1 { fatalError("removing \(key) did not remove one pair") }
+        edited["fuzz-appended"] = "x"
+        if edited.pairs.last?.key != "fuzz-appended" && pairs.allSatisfy({ $0.key != "fuzz-appended" }) {
+            fatalError("a new key is not appended")
+        }
+    }
+    guard let editedAgain = try? BLIPProperties.decode(edited.encoded()[...]), editedAgain == edited else {
+        fatalError("edited properties do not round-trip: \(edited.pairs)")
     }
     return 0
 }
