@@ -9,6 +9,9 @@
 //   nil exactly when they are equal, and otherwise a delta that `apply` turns back into
 //   `new` — also after the delta travels as canonical JSON (what a peer receives);
 // - `create(old: x, new: x)` is nil.
+// - applying a delta does not depend on the order its objects' keys are iterated in (each
+//   object of the delta is rebuilt with another capacity, which changes Swift's iteration
+//   order, and applied again: same result or same failure);
 // "Equal" above is checked twice: with `==` and with `same` below, where an integer and a
 // double are equal only when they are exactly the same number (so a lossy `==` cannot hide a
 // delta that loses data).
@@ -34,6 +37,19 @@ func same(_ a: JSONValue, _ b: JSONValue) -> Bool {
     }
 }
 
+/// The same value with every object rebuilt in a dictionary of another capacity (so with
+/// another iteration order).
+func reordered(_ value: JSONValue) -> JSONValue {
+    switch value {
+    case .array(let items): return .array(items.map(reordered))
+    case .object(let object):
+        var copy = [String: JSONValue](minimumCapacity: object.count * 3 + 7)
+        for key in object.keys.sorted(by: >) { copy[key] = reordered(object[key]!) }
+        return .object(copy)
+    default: return value
+    }
+}
+
 func parseJSON(_ bytes: ArraySlice<UInt8>) -> JSONValue? {
     try? JSONValue(parsing: bytes)
 }
@@ -54,10 +70,16 @@ public func fuzzJSONDelta(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     guard let other = parseJSON(second) else { return 0 }
 
     // 1. `other` as a delta (what a peer sends).
-    if let result = try? JSONDelta.apply(other, to: base) {
+    let result = try? JSONDelta.apply(other, to: base)
+    if let result {
         guard let reparsed = try? JSONValue(parsing: result.canonicalData), reparsed == result else {
             fatalError("delta result does not round-trip: \(result)")
         }
+    }
+    let resultReordered = try? JSONDelta.apply(reordered(other), to: base)
+    if (result == nil) != (resultReordered == nil)
+        || (result.map { r in !same(r, resultReordered!) } ?? false) {
+        fatalError("delta result depends on key order: \(other) on \(base): \(String(describing: result)) vs \(String(describing: resultReordered))")
     }
 
     // 2. `other` as the new value: create, then apply must rebuild it.

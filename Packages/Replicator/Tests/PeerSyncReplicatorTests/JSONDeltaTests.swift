@@ -31,6 +31,18 @@ import Testing
         #expect(applied["n"] == .double(9_007_199_254_740_992))
     }
 
+    /// Regression (json-delta fuzz seed regression-array-index-leading-zeros): "0" and "00"
+    /// both named item 0, so which value won depended on dictionary iteration order (random
+    /// per process). Index keys with a leading zero are refused.
+    @Test func arrayIndexKeysWithLeadingZerosAreRefused() throws {
+        let array = try json("[5,6]")
+        #expect(throws: PeerSyncError.self) { try JSONDelta.apply(try json(#"{"0":1,"00":2}"#), to: array) }
+        #expect(throws: PeerSyncError.self) { try JSONDelta.apply(try json(#"{"01":1}"#), to: array) }
+        #expect(throws: PeerSyncError.self) { try JSONDelta.apply(try json(#"{"01-":[]}"#), to: array) }
+        #expect(try JSONDelta.apply(try json(#"{"0":1,"1-":[]}"#), to: array) == (try json("[1]")))
+        #expect(try JSONDelta.apply(try json(#"{"0-":[7]}"#), to: array) == (try json("[7]")))
+    }
+
     @Test func formats() throws {
         // Replacing by a collection uses [v]; arrays by index and "n-" tail.
         #expect(JSONDelta.create(old: try json(#"{"a":1}"#), new: try json(#"{"a":[1]}"#))
