@@ -2,7 +2,8 @@
 /// always serialize to equal bytes (revision digests depend on it).
 ///
 /// Integers that fit in `Int64` and are written without fraction or exponent stay integers
-/// (`.int`), everything else numeric is `.double`; `.int(1)` and `.double(1)` compare equal.
+/// (`.int`), everything else numeric is `.double`; `.int(1)` and `.double(1)` compare equal
+/// (an integer and a double are equal only when they are exactly the same number).
 public enum JSONValue: Sendable {
     case null
     case bool(Bool)
@@ -20,7 +21,9 @@ extension JSONValue: Hashable {
         case let (.bool(a), .bool(b)): return a == b
         case let (.int(a), .int(b)): return a == b
         case let (.double(a), .double(b)): return a == b
-        case let (.int(a), .double(b)), let (.double(b), .int(a)): return Double(a) == b
+        // Exact: `Double(a) == b` rounds `a` (beyond 2^53), which made `.int(2^53 + 1)` equal
+        // to `.double(2^53)` and `==` non-transitive, so a delta could drop a changed number.
+        case let (.int(a), .double(b)), let (.double(b), .int(a)): return Int64(exactly: b) == a
         case let (.string(a), .string(b)): return a == b
         case let (.array(a), .array(b)): return a == b
         case let (.object(a), .object(b)): return a == b

@@ -39,6 +39,24 @@ import Testing
         #expect(try JSONValue(parsing: #"{"a":{"a":1},"b":[{"a":2},{"a":3}]}"#, options: .strict)["b"]?.arrayValue?.count == 2)
     }
 
+    /// Found while writing the json-delta fuzz target (seed
+    /// Tools/fuzz/seeds/json-delta/regression-lossy-int-double-equality): `.int` vs `.double`
+    /// compared through `Double(int)`, which rounds beyond 2^53, so 9007199254740993 equalled
+    /// 9007199254740992.0 (which equals 9007199254740992) — `==` was not transitive.
+    @Test func integerAndDoubleEqualityIsExact() throws {
+        let big = try JSONValue(parsing: "9007199254740993")        // 2^53 + 1, an .int
+        let rounded = try JSONValue(parsing: "9007199254740992.0")  // 2^53, a .double
+        let exact = try JSONValue(parsing: "9007199254740992")      // 2^53, an .int
+        #expect(big != rounded)
+        #expect(rounded == exact)
+        #expect(big != exact)
+        #expect(JSONValue.int(.max) != .double(9_223_372_036_854_775_808.0))
+        #expect(try JSONValue(parsing: #"{"n":9007199254740993}"#) != JSONValue(parsing: #"{"n":9007199254740992.0}"#))
+        // Equal values still hash alike.
+        #expect(rounded.hashValue == exact.hashValue)
+        #expect(JSONValue.int(3) == .double(3.0) && JSONValue.int(3).hashValue == JSONValue.double(3.0).hashValue)
+    }
+
     @Test func surrogatePairs() throws {
         #expect(try JSONValue(parsing: #""\ud83d\ude00""#) == .string("😀"))
     }

@@ -114,8 +114,12 @@ public enum JSONDelta {
         }
     }
 
+    /// An array index key: decimal digits, no leading zero (as ``create(old:new:)`` writes
+    /// them). With leading zeros allowed, `"0"` and `"00"` named the same item and the result
+    /// depended on the delta dictionary's iteration order, which differs between processes.
     private static func index(_ key: Substring) -> Int? {
-        guard !key.isEmpty, key.count <= 9, key.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        guard !key.isEmpty, key.count <= 9, key.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+              key == "0" || key.first != "0" else { return nil }
         return Int(key)
     }
 

@@ -19,6 +19,30 @@ import Testing
         #expect(try JSONDelta.apply(.object([:]), to: v) == v)
     }
 
+    /// Regression (json-delta fuzz seed regression-lossy-int-double-equality): a number
+    /// changed beyond 2^53 from an integer to a double that rounds alike got no delta, so the
+    /// receiver kept the old number.
+    @Test func numberChangeBeyondDoublePrecisionHasADelta() throws {
+        let old = try json(#"{"n":9007199254740993}"#)
+        let new = try json(#"{"n":9007199254740992.0}"#)
+        let delta = try #require(JSONDelta.create(old: old, new: new))
+        let applied = try JSONDelta.apply(try JSONValue(parsing: delta.canonicalData), to: old)
+        #expect(applied == new)
+        #expect(applied["n"] == .double(9_007_199_254_740_992))
+    }
+
+    /// Regression (json-delta fuzz seed regression-array-index-leading-zeros): "0" and "00"
+    /// both named item 0, so which value won depended on dictionary iteration order (random
+    /// per process). Index keys with a leading zero are refused.
+    @Test func arrayIndexKeysWithLeadingZerosAreRefused() throws {
+        let array = try json("[5,6]")
+        #expect(throws: PeerSyncError.self) { try JSONDelta.apply(try json(#"{"0":1,"00":2}"#), to: array) }
+        #expect(throws: PeerSyncError.self) { try JSONDelta.apply(try json(#"{"01":1}"#), to: array) }
+        #expect(throws: PeerSyncError.self) { try JSONDelta.apply(try json(#"{"01-":[]}"#), to: array) }
+        #expect(try JSONDelta.apply(try json(#"{"0":1,"1-":[]}"#), to: array) == (try json("[1]")))
+        #expect(try JSONDelta.apply(try json(#"{"0-":[7]}"#), to: array) == (try json("[7]")))
+    }
+
     @Test func formats() throws {
         // Replacing by a collection uses [v]; arrays by index and "n-" tail.
         #expect(JSONDelta.create(old: try json(#"{"a":1}"#), new: try json(#"{"a":[1]}"#))
