@@ -145,8 +145,9 @@ extension JSONValue {
             out.append(contentsOf: "null".utf8)
             return
         }
-        if d.rounded() == d && abs(d) < 1e15 {
-            // Integral doubles print without ".0" so 1.0 and 1 serialize alike.
+        if d.rounded() == d && abs(d) < 9.2e18 {
+            // Integral doubles print as integers, so that equal values (1.0 == 1, and up to the
+            // Int64 range, e.g. 1e15 == 1000000000000000) serialize alike.
             out.append(contentsOf: String(Int64(d)).utf8)
             return
         }

@@ -57,6 +57,17 @@ import Testing
         #expect(JSONValue.int(3) == .double(3.0) && JSONValue.int(3).hashValue == JSONValue.double(3.0).hashValue)
     }
 
+    /// Found by the json-delta fuzz target: equal values must serialize to equal bytes (the
+    /// revision digest hashes them), also for integral doubles of 1e15 and more.
+    @Test func equalNumbersHaveOneCanonicalForm() throws {
+        for (double, int) in [(1.0, Int64(1)), (1e15, 1_000_000_000_000_000), (-4e18, -4_000_000_000_000_000_000),
+                              (9.007199254740992e15, 9_007_199_254_740_992)] {
+            #expect(JSONValue.double(double) == .int(int))
+            #expect(JSONValue.double(double).canonicalString == JSONValue.int(int).canonicalString, "\(double)")
+        }
+        #expect(JSONValue.double(1.5e15 + 0.5).canonicalString != "1500000000000000")
+    }
+
     @Test func surrogatePairs() throws {
         #expect(try JSONValue(parsing: #""\ud83d\ude00""#) == .string("😀"))
     }
