@@ -691,6 +691,19 @@ actor ReplicationSession {
             }
         }
         guard let revs, let info = revs.revision(revID), let stored else {
+            if let revs, String(revs.sequence) == sequence {
+                // The document has not changed since this change was announced, yet the revision
+                // it named cannot be read: the stored record is damaged (its version and its
+                // revision tree disagree). Never a 404 ("replaced since"), which the peer skips.
+                let error = PeerSyncError(.corrupt, "the stored document \(docID) is damaged: revision \(revID) of its "
+                                          + "current record is not in its revision tree with a body", context: ["docID": docID])
+                Logger(.replicator).error("could not read \(docID) \(revID) of \(sc.collection.fullName): \(error.message)")
+                props["error"] = "500"
+                props["errorCode"] = error.code.rawValue
+                props["reason"] = error.message
+                try await blip.sendNoReply(.request("norev", properties: props))
+                return error
+            }
             props["error"] = "404"
             props["reason"] = "revision no longer available"
             try await blip.sendNoReply(.request("norev", properties: props))
