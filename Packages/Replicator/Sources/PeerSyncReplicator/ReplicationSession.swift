@@ -492,18 +492,17 @@ actor ReplicationSession {
                 case 409:
                     let serverRev = (answer["rev"]?.stringValue).flatMap { try? RevisionID($0) }
                     if let serverRev { remoteRevs[index, default: RecentMap()][p.docID] = serverRev }
-                    if attempts < 4, let serverRev, let fix = try await reproposal(sc: sc, p, serverRev: serverRev) {
-                        next.append(fix)
-                        continue
-                    }
-                    if attempts < 4, role == .active, let serverRev,
-                       let fix = try await resolveAgainstPeer(sc: sc, p, serverRev: serverRev) {
-                        next.append(fix)
-                        continue
+                    var known = false
+                    if attempts < 4, let serverRev {
+                        switch try await settleRefusal(sc: sc, p, serverRev: serverRev) {
+                        case .peerHasCurrent: continue
+                        case .propose(let fix): next.append(fix); continue
+                        case .unresolved(let k): known = k
+                        }
                     }
                     // The sequence is not checkpointed: the next run proposes it again.
                     failed.append(p.sequence)
-                    if let error = try await pushConflictError(index: index, sc: sc, p, serverRev: serverRev) {
+                    if let error = pushConflictError(index: index, sc: sc, p, serverRev: serverRev, known: known) {
                         results.append(ReplicatedDocument(id: p.docID, collection: sc.collection.fullName,
                                                           flags: p.deleted ? .deleted : [], error: error))
                     }
@@ -553,15 +552,40 @@ actor ReplicationSession {
         return try await sc.collection.revisions(of: docID)
     }
 
-    /// After a 409 naming the peer's current revision: the proposal again with that revision
-    /// as its parent when our current revision descends from it (our cache of the peer's
-    /// revisions was stale), or nil when it does not: a real conflict, which only pulling and
-    /// resolving (here or on the peer) can settle. Only the current revision is ever proposed.
-    private func reproposal(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
-        guard let revs = try await sc.collection.revisions(of: p.docID), revs.revision(serverRev) != nil else { return nil }
-        let current = revs.currentRevID
-        guard serverRev != current, let history = revs.history(of: current), history.contains(serverRev) else { return nil }
-        return Proposal(docID: p.docID, revID: current, deleted: revs.isDeleted, serverRev: serverRev, sequence: p.sequence)
+    /// What a proposal refused with 409 (naming the peer's current revision) comes to.
+    private enum RefusalOutcome {
+        case peerHasCurrent, propose(Proposal)
+        /// `known`: whether the peer's revision is in this database.
+        case unresolved(known: Bool)
+    }
+
+    /// After a 409 naming the peer's current revision `serverRev`, looking at this database
+    /// again (the pull of the same session may have changed it meanwhile):
+    /// - the peer already holds our current revision (e.g. the pull resolved the conflict in
+    ///   favour of the peer's revision): nothing to send;
+    /// - our current revision descends from it (our cache of the peer was stale, or the pull
+    ///   resolved the conflict onto the peer's branch): propose it again with that parent;
+    /// - it is known here on another branch (one this database resolved away, or pulled and not
+    ///   resolved yet): resolve against it as if just pulled (active side only), then look again;
+    /// - it is unknown here: only a pull (here or by the peer) can settle it.
+    /// Only the current revision is ever proposed.
+    private func settleRefusal(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> RefusalOutcome {
+        for _ in 0..<3 {
+            guard let revs = try await sc.collection.revisions(of: p.docID), let remote = revs.revision(serverRev),
+                  let local = revs.revision(revs.currentRevID) else { return .unresolved(known: false) }
+            if serverRev == revs.currentRevID { return .peerHasCurrent }
+            if (revs.history(of: revs.currentRevID) ?? []).contains(serverRev) {
+                return .propose(Proposal(docID: p.docID, revID: revs.currentRevID, deleted: revs.isDeleted,
+                                         serverRev: serverRev, sequence: p.sequence))
+            }
+            guard role == .active else { return .unresolved(known: true) }
+            do {
+                try await resolve(sc: sc, docID: p.docID, local: local, remote: remote, in: revs)
+            } catch let error as PeerSyncError where error.code == .invalidArgument {
+                // Resolved meanwhile by the pull (or changed): look again.
+            }
+        }
+        return .unresolved(known: true)
     }
 
     /// The document error for a proposal the peer refused with 409, or nil when this session
@@ -572,12 +596,11 @@ actor ReplicationSession {
     /// is already known here lies on a branch this database resolved away: only a sync in
     /// which the peer pulls from here (or the peer's own resolution) can settle it, so that
     /// is reported.
-    private func pushConflictError(index: Int, sc: SessionCollection, _ p: Proposal, serverRev: RevisionID?) async throws
-        -> PeerSyncError? {
-        var known: RevisionInfo?
-        if let serverRev { known = try await sc.collection.revisions(of: p.docID)?.revision(serverRev) }
-        if pullStates[index] != nil, known == nil, sc.config.pullFilter == nil { return nil }
-        let reason = known != nil
+    /// `known`: whether the peer's revision was in this database when the refusal was looked at.
+    private func pushConflictError(index: Int, sc: SessionCollection, _ p: Proposal, serverRev: RevisionID?,
+                                   known: Bool) -> PeerSyncError? {
+        if pullStates[index] != nil, !known, sc.config.pullFilter == nil { return nil }
+        let reason = known
             ? "the peer's current revision \(serverRev?.description ?? "-") is on a branch this database resolved away; it converges when the peer pulls from this database"
             : "the peer has a conflicting revision \(serverRev?.description ?? "-"); pull to resolve it"
         return PeerSyncError(.conflict, reason, context: ["docID": p.docID, "status": "409"])
@@ -1269,19 +1292,10 @@ actor ReplicationSession {
         }
     }
 
-    /// After a 409 naming a peer revision that is known here but is not an ancestor of the
-    /// current revision (a branch this database resolved away, still current on the peer):
-    /// resolves the current revision against it, as if it had just been pulled, and returns
-    /// the proposal of the new current revision (a fast-forward for the peer); nil when
-    /// there is nothing to resolve this way.
-    private func resolveAgainstPeer(sc: SessionCollection, _ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
-        guard let after = try await resolveAgainstPeer(sc: sc, docID: p.docID, serverRev: serverRev) else { return nil }
-        return Proposal(docID: p.docID, revID: after.currentRevID, deleted: after.isDeleted, serverRev: serverRev,
-                        sequence: p.sequence)
-    }
-
-    /// The resolution of ``resolveAgainstPeer(sc:_:serverRev:)``; returns the document's
-    /// revisions afterwards, or nil when there was nothing to resolve (or it changed meanwhile).
+    /// Resolves against a peer's current revision that is known here on a branch this database
+    /// resolved away (the peer never learnt of that resolution), as if it had just been pulled,
+    /// so that this side's next push is a fast-forward. Returns the document's revisions
+    /// afterwards, or nil when there was nothing to resolve (or it changed meanwhile).
     private func resolveAgainstPeer(sc: SessionCollection, docID: String, serverRev: RevisionID) async throws
         -> DocumentRevisions? {
         guard let revs = try await sc.collection.revisions(of: docID), let remote = revs.revision(serverRev),
