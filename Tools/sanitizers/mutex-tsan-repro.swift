@@ -6,6 +6,8 @@
 //   ./repro nslock     same work under NSLock        -> no report
 //   ./repro annotate   Mutex, plus __tsan_acquire / __tsan_release on a token at the start and
 //                      end of each critical section  -> no report
+//   clang -shared -fPIC Tools/sanitizers/tsan-mutex-shim.c -o shim.so -ldl
+//   LD_PRELOAD=$PWD/shim.so ./repro                  -> no report (what Tools/test does)
 //
 // Why: Mutex's fast paths are inlined into the caller (an acquiring / releasing compare-exchange
 // that TSan sees), but under contention `_lockSlow` / `_unlockSlow` in the uninstrumented
