@@ -135,7 +135,7 @@ func snapshot(_ c: PeerSyncDatabase.Collection) async throws -> [String: String]
 }
 
 /// How many times slower than full speed this run is: `PEERSYNC_SLOW` (`Tools/test --sanitize`
-/// sets it: 10 under TSan, 3 under ASan), 1 otherwise.
+/// sets it: 30 under TSan, 3 under ASan), 1 otherwise.
 let slowFactor = max(1, Int(ProcessInfo.processInfo.environment["PEERSYNC_SLOW"] ?? "") ?? 1)
 
 /// A deadline or timeout that assumes full speed, stretched by ``slowFactor``.
