@@ -85,8 +85,13 @@ private func generatedBlob(_ db: Database, length: Int, seed: UInt64, contentTyp
             // live in this process); streamed transfers measured 0–6 MB alone. The limit is one
             // blob's size, so other tests running in parallel in this process cannot fail it
             // while a whole-blob buffer on either side still would.
-            #expect(pushGrowth < bigLength / 1024)
-            #expect(pullGrowth < bigLength / 1024)
+            // Under a sanitizer (`Tools/test --sanitize` sets PEERSYNC_SANITIZER) RSS measures the
+            // sanitizer — ASan keeps up to 256 MB of freed memory in quarantine, TSan adds shadow
+            // memory — not our buffers: the figures are printed, the bound holds without one.
+            if ProcessInfo.processInfo.environment["PEERSYNC_SANITIZER"] == nil {
+                #expect(pushGrowth < bigLength / 1024)
+                #expect(pullGrowth < bigLength / 1024)
+            }
 
             let pushed = try await snapshot(pusherDB.defaultCollection())
             #expect(try await snapshot(serverDB.defaultCollection()) == pushed)

@@ -138,13 +138,14 @@ func peakRSSGrowth(_ body: () async throws -> Void) async throws -> Int {
             doc.setBlob(blob, forKey: "file")
             try await a.save(document: &doc)
             // 1 MB/s: the blob takes ~3 s, three times the reply timeout of the `rev` that waits
-            // for it. The wait goes on while blob content is being served.
+            // for it. The wait goes on while blob content is being served. A slow run stretches
+            // both by `slowFactor` (so the ratio stays).
             var cfg = ReplicatorConfiguration(target: p[1].endpoint)
             cfg.replicatorType = .push
-            cfg.replyTimeout = .seconds(1)
+            cfg.replyTimeout = slow(.seconds(1))
             cfg.maxAttemptWaitTime = .milliseconds(100)
             cfg.addCollections([a], config: .init())
-            let replicator = try Replicator(config: cfg, connector: p[1].connector(conditions: LinkConditions(bandwidth: 1_000_000)))
+            let replicator = try Replicator(config: cfg, connector: p[1].connector(conditions: LinkConditions(bandwidth: 1_000_000 / slowFactor)))
             replicator.start()
             await replicator.waitUntilStopped()
             #expect(replicator.status.error == nil)

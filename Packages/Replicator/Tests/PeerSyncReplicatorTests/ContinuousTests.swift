@@ -16,7 +16,7 @@ import Testing
             try await save(a, "before", ["v": 1])
             var cfg = ReplicatorConfiguration(target: p[1].endpoint)
             cfg.continuous = true
-            cfg.replyTimeout = .seconds(10)
+            cfg.replyTimeout = slow(.seconds(10))
             cfg.maxAttemptWaitTime = .milliseconds(100)
             cfg.addCollections([a])
             let replicator = try Replicator(config: cfg, connector: p[1].connector())

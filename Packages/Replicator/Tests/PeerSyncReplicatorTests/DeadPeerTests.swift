@@ -53,7 +53,7 @@ import Testing
             let recorder = RecordingConnector(network: p[1].network, endpoint: p[1].endpoint)
             var cfg = ReplicatorConfiguration(target: p[1].endpoint)
             cfg.continuous = true
-            cfg.replyTimeout = .seconds(2)
+            cfg.replyTimeout = slow(.seconds(2))
             cfg.maxAttemptWaitTime = .milliseconds(200)
             cfg.addCollections([a])
             let replicator = try Replicator(config: cfg, connector: recorder.connector)
@@ -103,7 +103,7 @@ import Testing
             try await save(a, "doc", ["v": 1])
             var cfg = ReplicatorConfiguration(target: endpoint)
             cfg.continuous = continuous
-            cfg.replyTimeout = .milliseconds(500)
+            cfg.replyTimeout = slow(.milliseconds(500))
             cfg.maxAttempts = continuous ? 0 : 1
             cfg.maxAttemptWaitTime = .milliseconds(100)
             cfg.addCollections([a])

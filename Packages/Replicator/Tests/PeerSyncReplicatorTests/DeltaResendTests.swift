@@ -35,7 +35,7 @@ func errorFramePayload(_ message: TransportMessage) -> String? {
             var cfg = ReplicatorConfiguration(target: p[1].endpoint)
             cfg.replicatorType = .push
             cfg.continuous = true
-            cfg.replyTimeout = .seconds(10)
+            cfg.replyTimeout = slow(.seconds(10))
             cfg.maxAttemptWaitTime = .milliseconds(100)
             cfg.addCollection(a)
             let errorFrames = Mutex<[String]>([])

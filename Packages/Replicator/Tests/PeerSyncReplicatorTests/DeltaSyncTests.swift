@@ -39,7 +39,7 @@ final class ByteTally: Sendable {
         var cfg = ReplicatorConfiguration(target: passive.endpoint)
         cfg.replicatorType = type
         cfg.maxAttemptWaitTime = .milliseconds(100)
-        cfg.replyTimeout = .seconds(10)
+        cfg.replyTimeout = slow(.seconds(10))
         cfg.addCollections([try active.defaultCollection], config: .init())
         let connect = passive.connector()
         let replicator = try Replicator(config: cfg, connector: { config in

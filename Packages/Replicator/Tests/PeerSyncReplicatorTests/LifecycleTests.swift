@@ -12,7 +12,7 @@ import Testing
     private static func continuousReplicator(_ active: Peer, to passive: Peer, attempts: Counter) throws -> Replicator {
         var cfg = ReplicatorConfiguration(target: passive.endpoint)
         cfg.continuous = true
-        cfg.replyTimeout = .seconds(10)
+        cfg.replyTimeout = slow(.seconds(10))
         cfg.maxAttemptWaitTime = .milliseconds(100)
         cfg.addCollections([try active.defaultCollection])
         let connect = passive.connector()
@@ -84,7 +84,7 @@ import Testing
             let a = try p[0].defaultCollection
             for i in 0..<4 { try await save(a, "doc\(i)", ["v": .int(Int64(i))]) }
             var cfg = ReplicatorConfiguration(target: p[1].endpoint)
-            cfg.replyTimeout = .seconds(10)
+            cfg.replyTimeout = slow(.seconds(10))
             cfg.addCollections([a])
             let replicator = try Replicator(config: cfg, connector: p[1].connector())
             let statuses = Mutex<[ReplicatorStatus]>([])
@@ -109,7 +109,7 @@ import Testing
             try p[1].listen()
             try await save(p[0].defaultCollection, "doc", ["v": 1])
             var cfg = ReplicatorConfiguration(target: p[1].endpoint)
-            cfg.replyTimeout = .seconds(10)
+            cfg.replyTimeout = slow(.seconds(10))
             cfg.addCollections([try p[0].defaultCollection])
             let replicator = try Replicator(config: cfg, connector: p[1].connector())
             let recorded = Mutex<[ReplicatorActivityLevel]>([])

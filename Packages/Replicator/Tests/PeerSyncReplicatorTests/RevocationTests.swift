@@ -39,7 +39,7 @@ import Testing
             var cfg = ReplicatorConfiguration(target: peer.endpoint)
             cfg.replicatorType = .pull
             cfg.enableAutoPurge = autoPurge
-            cfg.replyTimeout = .seconds(10)
+            cfg.replyTimeout = slow(.seconds(10))
             cfg.maxAttempts = 1
             cfg.addCollection(local)
             let log = EventLog()
@@ -106,7 +106,7 @@ import Testing
             }
             var cfg = ReplicatorConfiguration(target: peer.endpoint)
             cfg.replicatorType = .pull
-            cfg.replyTimeout = .seconds(10)
+            cfg.replyTimeout = slow(.seconds(10))
             cfg.maxAttempts = 1
             cfg.addCollection(local, config: CollectionConfiguration(pullFilter: { doc, flags in
                 !(flags.contains(.accessRemoved) && doc.properties["keep"] == .bool(true))
@@ -137,7 +137,7 @@ import Testing
             }
             var cfg = ReplicatorConfiguration(target: peer.endpoint)
             cfg.replicatorType = .pull
-            cfg.replyTimeout = .seconds(60)
+            cfg.replyTimeout = slow(.seconds(60))
             cfg.maxAttempts = 1
             cfg.addCollection(try peers[0].defaultCollection)
             let replicator = try Replicator(config: cfg, connector: peer.connector())

@@ -101,7 +101,7 @@ func replicate(_ active: Peer, to passive: Peer, type: ReplicatorType = .pushAnd
     cfg.replicatorType = type
     cfg.maxAttempts = maxAttempts
     cfg.maxAttemptWaitTime = .milliseconds(100)
-    cfg.replyTimeout = .seconds(10)
+    cfg.replyTimeout = slow(.seconds(10))
     cfg.addCollections(try collections ?? [active.defaultCollection], config: config)
     let replicator = try Replicator(config: cfg, connector: passive.connector(conditions: conditions))
     if let events { replicator.addDocumentReplicationListener { e in events.events.withLock { $0.append(e) } } }
@@ -134,10 +134,18 @@ func snapshot(_ c: PeerSyncDatabase.Collection) async throws -> [String: String]
     return out
 }
 
+/// How many times slower than full speed this run is: `PEERSYNC_SLOW` (`Tools/test --sanitize`
+/// sets it: 30 under TSan, 3 under ASan), 1 otherwise.
+let slowFactor = max(1, Int(ProcessInfo.processInfo.environment["PEERSYNC_SLOW"] ?? "") ?? 1)
+
+/// A deadline or timeout that assumes full speed, stretched by ``slowFactor``.
+func slow(_ duration: Duration) -> Duration { duration * slowFactor }
+
 /// Polls `condition` until it holds or `timeout` passes (for continuous replication).
+/// `timeout` is what it takes at full speed: it is stretched by ``slowFactor``.
 func eventually(_ timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws -> Bool {
     let clock = ContinuousClock()
-    let deadline = clock.now + timeout
+    let deadline = clock.now + slow(timeout)
     while clock.now < deadline {
         if try await condition() { return true }
         try await Task.sleep(for: .milliseconds(20))
