@@ -93,20 +93,11 @@ import Testing
         }
     }
 
-    /// A raw client (a Couchbase Lite stand-in, legacy mode) pushing to our passive side.
-    func rawClient(_ server: Peer) async throws -> BLIPConnection {
-        let conn = try await LoopbackTransport(network: server.network, host: "raw-\(UUID().uuidString.prefix(6))")
-            .connect(to: server.endpoint, options: LoopbackConnectOptions())
-        return try BLIPConnection(connection: conn)
-    }
-
     func proposeStatuses(_ blip: BLIPConnection, _ entries: JSONValue) async throws -> [JSONValue] {
         let reply = try await blip.sendRequest(.request("proposeChanges", properties: [("conflictIncludesRev", "true")],
                                                         body: entries.canonicalData))
         #expect(!reply.isError, "\(reply.bodyString)")
-        var answers = try JSONValue(parsing: reply.body).arrayValue ?? []
-        while answers.count < (entries.arrayValue?.count ?? 0) { answers.append(.int(0)) }
-        return answers
+        return try replyAnswers(reply, count: entries.arrayValue?.count ?? 0)
     }
 
     /// A passive peer never lets a push create a conflict: a proposal whose parent is not the
@@ -128,7 +119,7 @@ import Testing
             try await c.delete(document: try #require(try await c.document(id: "gone")))
             let goneCurrent = try #require(try await c.documentIncludingDeleted(id: "gone")?.revisionID)
 
-            let blip = try await rawClient(server)
+            let blip = try await server.rawClient()
             await blip.start()
             let answers = try await proposeStatuses(blip, .array([
                 .array(["live", .string(fakeRev(2, "x")), .string(liveBase)]),      // parent not current
@@ -173,7 +164,7 @@ import Testing
             for id in ["keep", "drop"] { try await save(c, id, ["id": .string(id)]) }
             try await c.delete(document: try #require(try await c.document(id: "drop")))
 
-            let blip = try await rawClient(server)
+            let blip = try await server.rawClient()
             let seen = Mutex<[String]>([])
             let caughtUp = Mutex(false)
             await blip.setHandler(profile: "changes") { request in

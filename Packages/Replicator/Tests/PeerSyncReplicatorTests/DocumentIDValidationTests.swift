@@ -13,24 +13,12 @@ import Testing
 /// the `changes`/`proposeChanges` reply, the `rev` answered with an HTTP 400 error — and the
 /// session goes on: the rest of the batch is answered normally and later messages work.
 @Suite struct DocumentIDValidationTests {
-    func rawClient(_ server: Peer) async throws -> BLIPConnection {
-        let conn = try await LoopbackTransport(network: server.network, host: "raw-\(UUID().uuidString.prefix(6))")
-            .connect(to: server.endpoint, options: LoopbackConnectOptions())
-        return try BLIPConnection(connection: conn)
-    }
-
-    func answers(_ reply: BLIPMessage, count: Int) throws -> [JSONValue] {
-        var out = try JSONValue(parsing: reply.body).arrayValue ?? []
-        while out.count < count { out.append(.int(0)) }
-        return out
-    }
-
     @Test func passiveSessionRefusesBadIDsPerDocument() async throws {
         try await withPeers(1) { p in
             let server = p[0]
             try server.listen()
             let c = try server.defaultCollection
-            let blip = try await rawClient(server)
+            let blip = try await server.rawClient()
             await blip.start()
             let long = String(repeating: "x", count: 256)
 
@@ -44,7 +32,7 @@ import Testing
             ])
             let proposed = try await blip.sendRequest(.request("proposeChanges", body: proposal.canonicalData))
             #expect(!proposed.isError, "\(proposed.bodyString)")
-            #expect(try answers(proposed, count: 5) == [.int(0), .int(400), .int(400), .int(400), .int(0)])
+            #expect(try replyAnswers(proposed, count: 5) == [.int(0), .int(400), .int(400), .int(400), .int(0)])
 
             // changes (a legacy pusher): the same, with the known-revisions arrays for good IDs.
             let changes: JSONValue = .array([
@@ -55,7 +43,7 @@ import Testing
             ])
             let changed = try await blip.sendRequest(.request("changes", body: changes.canonicalData))
             #expect(!changed.isError, "\(changed.bodyString)")
-            #expect(try answers(changed, count: 4) == [.array([]), .int(400), .int(400), .array([])])
+            #expect(try replyAnswers(changed, count: 4) == [.array([]), .int(400), .int(400), .array([])])
 
             // rev: a control character in `id` (NUL itself cannot even be framed: our BLIP
             // layer refuses to send it) is an HTTP 400 error for that revision only.

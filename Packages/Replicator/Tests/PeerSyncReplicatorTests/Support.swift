@@ -68,6 +68,14 @@ final class Peer: Sendable {
         }
     }
 
+    /// A raw BLIP client of this peer's listener (a Couchbase Lite stand-in; legacy mode unless
+    /// its first message is `getCollections`). Not started: register handlers, then `start()`.
+    func rawClient() async throws -> BLIPConnection {
+        let conn = try await LoopbackTransport(network: network, host: "raw-\(UUID().uuidString.prefix(6))")
+            .connect(to: endpoint, options: LoopbackConnectOptions())
+        return try BLIPConnection(connection: conn)
+    }
+
     func close() async {
         let l = listener.withLock { $0 }
         await l?.close()
@@ -161,4 +169,12 @@ final class EventLog: Sendable {
 
 final class Counter: Sendable {
     let value = Mutex(0)
+}
+
+/// The answers of a `changes`/`proposeChanges` reply, padded with the 0s a peer may leave out
+/// at the end, to `count` entries.
+func replyAnswers(_ reply: BLIPMessage, count: Int) throws -> [JSONValue] {
+    var out = try JSONValue(parsing: reply.body).arrayValue ?? []
+    while out.count < count { out.append(.int(0)) }
+    return out
 }
