@@ -405,10 +405,13 @@ final class WebSocketEngine: Sendable {
                 // Fast path: read into a pooled buffer, decode straight from it.
                 while true {
                     let scratch = ScratchBuffer.take()
-                    var drained = false
                     var ended = false
                     do {
-                        while !drained {
+                        // Read until the socket says EAGAIN (nil) or EOF (0). A short read does not
+                        // mean "empty": the peer's FIN may have come with the same readiness edge
+                        // (edge-triggered epoll reports it once), and waiting instead of reading it
+                        // left a dropped connection — and its buffers — alive forever.
+                        while true {
                             guard let n = try tcp.readAvailable(into: scratch.bytes) else { break }
                             if n == 0 {
                                 ended = true
@@ -417,8 +420,6 @@ final class WebSocketEngine: Sendable {
                             noteActivity()
                             events.removeAll(keepingCapacity: true)
                             let failure = Self.decode(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<n]), &decoder, &events, &share)
-                            // A short read emptied the socket: wait instead of asking again.
-                            drained = n < scratch.bytes.count
                             if await handle(events) {
                                 ScratchBuffer.giveBack(scratch)
                                 return
