@@ -95,17 +95,9 @@ import Testing
                 }
                 try await blip.sendNoReply(.request("changes", properties: [("collection", "0")], body: Array("[]".utf8)))
             }
-            var cfg = ReplicatorConfiguration(target: peer.endpoint)
-            cfg.replicatorType = .pull
-            cfg.replyTimeout = .seconds(30)
-            cfg.maxAttempts = 1
-            cfg.addCollection(local)
             let log = EventLog()
-            let replicator = try Replicator(config: cfg, connector: peer.connector())
-            replicator.addDocumentReplicationListener { e in log.events.withLock { $0.append(e) } }
-            replicator.start()
-            await replicator.waitUntilStopped()
-            #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+            let status = try await peer.pull(into: local, log: log)
+            #expect(status.error == nil, "\(String(describing: status.error))")
             #expect(peer.scriptErrors.isEmpty, "\(peer.scriptErrors)")
             #expect(changesReply.withLock { $0 }?.arrayValue?.first == .int(400))
             #expect(revReplies.withLock { $0 } == ["400", "ok"])

@@ -36,18 +36,9 @@ import Testing
                 }
                 try await blip.sendNoReply(.request("changes", properties: [("collection", "0")], body: Array("[]".utf8)))
             }
-            var cfg = ReplicatorConfiguration(target: peer.endpoint)
-            cfg.replicatorType = .pull
-            cfg.enableAutoPurge = autoPurge
-            cfg.replyTimeout = slow(.seconds(10))
-            cfg.maxAttempts = 1
-            cfg.addCollection(local)
             let log = EventLog()
-            let replicator = try Replicator(config: cfg, connector: peer.connector())
-            replicator.addDocumentReplicationListener { e in log.events.withLock { $0.append(e) } }
-            replicator.start()
-            await replicator.waitUntilStopped()
-            #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+            let status = try await peer.pull(into: local, log: log) { $0.enableAutoPurge = autoPurge }
+            #expect(status.error == nil, "\(String(describing: status.error))")
             #expect(peer.scriptErrors.isEmpty)
             // The revoked revision is not requested; the other two are.
             let reply = try #require(changesReply.withLock { $0 }?.arrayValue)
@@ -70,7 +61,12 @@ import Testing
 
             // Purged documents leave no tombstone: a later push does not send them back.
             try await save(local, "later", ["v": 3])
+            var cfg = ReplicatorConfiguration(target: peer.endpoint)
             cfg.replicatorType = .push
+            cfg.enableAutoPurge = autoPurge
+            cfg.replyTimeout = slow(.seconds(10))
+            cfg.maxAttempts = 1
+            cfg.addCollection(local)
             let pusher = try Replicator(config: cfg, connector: peer.connector())
             pusher.start()
             await pusher.waitUntilStopped()

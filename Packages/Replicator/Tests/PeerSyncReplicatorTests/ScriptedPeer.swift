@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncBLIP
 import PeerSyncCore
+import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
 import PeerSyncTransport
@@ -79,6 +80,23 @@ final class ScriptedPeer: Sendable {
     func connector() -> ReplicatorConnector {
         let network = self.network, endpoint = self.endpoint
         return { _ in try await LoopbackTransport(network: network, host: "client").connect(to: endpoint, options: LoopbackConnectOptions()) }
+    }
+
+    /// Runs a one-shot pull of `collection` from this peer (one attempt), recording document
+    /// events in `log`; `configure` adjusts the configuration first. Returns the final status.
+    func pull(into collection: PeerSyncDatabase.Collection, log: EventLog,
+              configure: (inout ReplicatorConfiguration) -> Void = { _ in }) async throws -> ReplicatorStatus {
+        var cfg = ReplicatorConfiguration(target: endpoint)
+        cfg.replicatorType = .pull
+        cfg.replyTimeout = slow(.seconds(10))
+        cfg.maxAttempts = 1
+        cfg.addCollection(collection)
+        configure(&cfg)
+        let replicator = try Replicator(config: cfg, connector: connector())
+        replicator.addDocumentReplicationListener { e in log.events.withLock { $0.append(e) } }
+        replicator.start()
+        await replicator.waitUntilStopped()
+        return replicator.status
     }
 
     func close() async {
