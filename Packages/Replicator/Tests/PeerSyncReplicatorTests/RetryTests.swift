@@ -115,14 +115,7 @@ import Testing
             // The waits are 1 s then 1.5 s (2 s capped): 2.5 s of sleeping in all.
             cfg.maxAttemptWaitTime = .milliseconds(1500)
             cfg.addCollections([a])
-            let network = p[0].network
-            let replicator = try Replicator(config: cfg, connector: { _ in
-                try await LoopbackTransport(network: network, host: "client").connect(to: endpoint, options: .init())
-            })
-            let log = StatusLog()
-            replicator.addChangeListener { change in log.statuses.withLock { $0.append(change.status) } }
-            replicator.start()
-            await replicator.waitUntilStopped()
+            let (replicator, log) = try await runUntilStopped(cfg, network: p[0].network, endpoint: endpoint)
             #expect(replicator.status.error?.code == .connectionRefused)
             #expect(replicator.status.retry == ReplicatorRetry(failedAttempt: 3, nextAttemptIn: nil))
             #expect(log.offline.map(\.retry) == [
@@ -150,13 +143,7 @@ import Testing
             cfg.maxAttempts = 2
             cfg.maxAttemptWaitTime = .milliseconds(50)
             cfg.addCollections([try p[0].defaultCollection])
-            let replicator = try Replicator(config: cfg, connector: { _ in
-                try await LoopbackTransport(network: network, host: "client").connect(to: endpoint, options: .init())
-            })
-            let log = StatusLog()
-            replicator.addChangeListener { change in log.statuses.withLock { $0.append(change.status) } }
-            replicator.start()
-            await replicator.waitUntilStopped()
+            let (replicator, log) = try await runUntilStopped(cfg, network: network, endpoint: endpoint)
             #expect(replicator.status.error?.code == .timeout)
             #expect(replicator.status.retry == ReplicatorRetry(failedAttempt: 2, nextAttemptIn: nil))
             #expect(log.offline.map(\.retry) == [ReplicatorRetry(failedAttempt: 1, nextAttemptIn: .milliseconds(50))])
@@ -184,4 +171,18 @@ import Testing
             #expect(replicator.status.retry == nil)
         }
     }
+}
+
+/// Starts a replicator over loopback to `endpoint`, records its statuses, and waits until it
+/// has stopped.
+private func runUntilStopped(_ cfg: ReplicatorConfiguration, network: LoopbackNetwork,
+                             endpoint: Endpoint) async throws -> (Replicator, RetryTests.StatusLog) {
+    let replicator = try Replicator(config: cfg, connector: { _ in
+        try await LoopbackTransport(network: network, host: "client").connect(to: endpoint, options: .init())
+    })
+    let log = RetryTests.StatusLog()
+    replicator.addChangeListener { change in log.statuses.withLock { $0.append(change.status) } }
+    replicator.start()
+    await replicator.waitUntilStopped()
+    return (replicator, log)
 }
