@@ -33,6 +33,7 @@ import Glibc
 #endif
 import Foundation
 import PeerSync
+import PeerSyncCore
 import Synchronization
 
 enum SyncBenchmark {
@@ -435,7 +436,7 @@ final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in in
 
 /// Kills the children of one run (SIGKILL, by PID) if it is not over after `seconds`.
 final class Watchdog: Sendable {
-    private let state = Mutex<(children: [ChildProcess], fired: Bool, cancelled: Bool)>(([], false, false))
+    private let state = LockedValue<(children: [ChildProcess], fired: Bool, cancelled: Bool)>(([], false, false))
 
     init(seconds: Double) {
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [weak self] in
@@ -477,7 +478,7 @@ final class Watchdog: Sendable {
 /// and reaped, the directory removed, and the process exits with 128 + the signal.
 final class BenchCleanup {  // used by `run` only; the signal handlers capture just the path
     /// Live children (registered by ``ChildProcess``), by PID.
-    private static let children = Mutex<[pid_t: ChildProcess]>([:])
+    private static let children = LockedValue<[pid_t: ChildProcess]>([:])
     private static let signalled = Atomic<Bool>(false)
     private let root: String
     private let sources: [any DispatchSourceSignal]

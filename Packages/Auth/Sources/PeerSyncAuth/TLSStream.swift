@@ -275,7 +275,7 @@ final class SSLConnection: Sendable {
     }
 
     /// Protects the `SSL*` and its BIOs (the lock the C handle lives under).
-    private let state: Locked<State>
+    private let state: LockedValue<State>
     let session: TrustSession
     private let role: TLSConfiguration.Role
 
@@ -300,7 +300,7 @@ final class SSLConnection: Sendable {
             throw OpenSSL.failure(.cryptoFailure, "BIO_new")
         }
         SSL_set_bio(ssl, input, output)
-        state = Locked(State(ssl: ssl, networkIn: input, networkOut: output))
+        state = LockedValue(State(ssl: ssl, networkIn: input, networkOut: output))
         // The session outlives every callback: `self` holds it and frees `ssl` in deinit.
         let sessionPointer = Unmanaged.passUnretained(session).toOpaque()
         try state.withLock { (s: inout State) throws(PeerSyncError) in
@@ -581,7 +581,7 @@ private final class SSLContext {
 
 /// A boolean that is set once, from any task.
 final class Flag: Sendable {
-    private let value = Locked(false)
+    private let value = LockedValue(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
 }

@@ -172,8 +172,8 @@ private final class TrustStore {
 /// mode going in, the peer's chain and our verdict coming out.
 final class TrustSession: Sendable {
     let mode: TrustMode
-    private let record = Locked<(chain: [Certificate], failure: PeerSyncError?)>(([], nil))
-    private let requested = Locked(false)
+    private let record = LockedValue<(chain: [Certificate], failure: PeerSyncError?)>(([], nil))
+    private let requested = LockedValue(false)
 
     init(mode: TrustMode) { self.mode = mode }
 
