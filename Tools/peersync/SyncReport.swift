@@ -97,6 +97,9 @@ final class SyncReport: Sendable {
         timeout.cancel()
     }
 
+    /// Revisions pushed and pulled without error so far.
+    var counts: (pushed: Int, pulled: Int) { state.withLock { ($0.pushed, $0.pulled) } }
+
     /// `sync complete: pushed P, pulled Q revisions, N conflicts resolved`.
     var summary: String {
         state.withLock { s in
