@@ -18,6 +18,8 @@
 // | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
+// | Packages/Discovery | PeerSyncDiscovery         | Core                       | —                  |
+// |                    | PeerSyncDiscoveryTesting  | Discovery (conformance)    | —                  |
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport, Auth | —             |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
@@ -71,6 +73,8 @@ let package = Package(
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
+        .library(name: "PeerSyncDiscovery", targets: ["PeerSyncDiscovery"]),
+        .library(name: "PeerSyncDiscoveryTesting", targets: ["PeerSyncDiscoveryTesting"]),
         .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
         .library(name: "PeerSyncListener", targets: ["PeerSyncListener"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
@@ -158,6 +162,12 @@ let package = Package(
                        pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         library("PeerSyncBLIP", folder: "BLIP", dependencies: ["PeerSyncCore", "CZlib"]),
         tests("PeerSyncBLIPTests", folder: "BLIP", dependencies: ["PeerSyncBLIP", "PeerSyncCore"]),
+
+        // MARK: Discovery
+        library("PeerSyncDiscovery", folder: "Discovery", dependencies: ["PeerSyncCore"]),
+        library("PeerSyncDiscoveryTesting", folder: "Discovery", dependencies: ["PeerSyncDiscovery", "PeerSyncCore"]),
+        tests("PeerSyncDiscoveryTests", folder: "Discovery",
+              dependencies: ["PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncCore"]),
 
         // MARK: Replicator
         library("PeerSyncReplicator", folder: "Replicator",
