@@ -20,13 +20,16 @@
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/Discovery | PeerSyncDiscovery         | Core                       | —                  |
 // |                    | PeerSyncDiscoveryTesting  | Discovery (conformance)    | —                  |
+// | Packages/DNSSD     | PeerSyncDNSSD             | Discovery                  | CAvahi (avahi-client) |
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport, Auth | —             |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 //
-// Traits choose optional backends: `SQLite` (default) and `LMDB` (opt-in). A consumer that
-// leaves LMDB off never links liblmdb. Tools/test and Tools/demo build with every trait on.
+// Traits choose optional backends: `SQLite` (default), `LMDB` and `DNSSD` (opt-in). A consumer
+// that leaves LMDB off never links liblmdb; one that leaves DNSSD off never needs libavahi-client
+// (the umbrella re-exports PeerSyncDNSSD only with the trait). Tools/test and Tools/demo build
+// with every trait on.
 //
 // Do NOT aggregate nested packages with `.package(path:)`: SwiftPM then refuses to serve
 // this repository to a consumer that depends on it by URL.
@@ -75,6 +78,7 @@ let package = Package(
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSyncDiscovery", targets: ["PeerSyncDiscovery"]),
         .library(name: "PeerSyncDiscoveryTesting", targets: ["PeerSyncDiscoveryTesting"]),
+        .library(name: "PeerSyncDNSSD", targets: ["PeerSyncDNSSD"]),
         .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
         .library(name: "PeerSyncListener", targets: ["PeerSyncListener"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
@@ -85,6 +89,7 @@ let package = Package(
         .default(enabledTraits: ["SQLite"]),
         .trait(name: "SQLite", description: "Storage backend on SQLite (libsqlite3)."),
         .trait(name: "LMDB", description: "Storage backend on LMDB (liblmdb)."),
+        .trait(name: "DNSSD", description: "Peer discovery over DNS-SD through Avahi (libavahi-client), re-exported by the umbrella."),
     ],
     targets: [
         // MARK: Core
@@ -169,6 +174,15 @@ let package = Package(
         tests("PeerSyncDiscoveryTests", folder: "Discovery",
               dependencies: ["PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncCore"]),
 
+        // MARK: DNSSD
+        // No pkgConfig: avahi-client's .pc adds -D_REENTRANT, which makes SwiftPM warn on every
+        // build; the module map names the libraries instead.
+        .systemLibrary(name: "CAvahi", path: "Packages/DNSSD/Sources/CAvahi",
+                       providers: [.apt(["libavahi-client-dev"])]),
+        library("PeerSyncDNSSD", folder: "DNSSD", dependencies: ["PeerSyncDiscovery", "PeerSyncCore", "CAvahi"]),
+        tests("PeerSyncDNSSDTests", folder: "DNSSD",
+              dependencies: ["PeerSyncDNSSD", "PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncCore"]),
+
         // MARK: Replicator
         library("PeerSyncReplicator", folder: "Replicator",
                 dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
@@ -193,6 +207,8 @@ let package = Package(
                 "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+                .target(name: "PeerSyncDiscovery", condition: .when(traits: ["DNSSD"])),
+                .target(name: "PeerSyncDNSSD", condition: .when(traits: ["DNSSD"])),
             ],
             path: "Packages/PeerSync/Sources/PeerSync",
             swiftSettings: swiftSettings

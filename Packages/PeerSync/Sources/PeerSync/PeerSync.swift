@@ -1,5 +1,6 @@
 // The umbrella module: `import PeerSync` gives the whole public API and the default
-// composition (SQLite storage when the `SQLite` trait is on, which it is by default).
+// composition (SQLite storage when the `SQLite` trait is on, which it is by default; peer
+// discovery over DNS-SD when the opt-in `DNSSD` trait is on).
 
 @_exported import PeerSyncCore
 @_exported import PeerSyncStorage
@@ -9,6 +10,10 @@
 #endif
 #if LMDB
 @_exported import PeerSyncLMDB
+#endif
+#if DNSSD
+@_exported import PeerSyncDiscovery
+@_exported import PeerSyncDNSSD
 #endif
 
 /// The storage backends compiled into this build (chosen by package traits).
