@@ -81,6 +81,10 @@ final class AvahiEngine: @unchecked Sendable {
         let created = avahi_client_new(loop.pollAPI, AVAHI_CLIENT_NO_FAIL, avahiClientCallback,
                                        Unmanaged.passUnretained(self).toOpaque(), &error)
         guard let created else {
+            // A callback made during the failed attempt may have recorded the (now freed) client.
+            client = nil
+            serverUp = false
+            serverRunning = false
             becameUnavailable(avahiError(error, "connecting to avahi-daemon"))
             reconnectTimer = loop.schedule(after: configuration.retryInterval) { [self] in
                 reconnectTimer = nil
