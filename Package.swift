@@ -15,10 +15,10 @@
 // | Packages/Transport | PeerSyncTransport         | Core                       | —                  |
 // |                    | PeerSyncTransportTesting  | Transport (conformance)    | —                  |
 // | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
-// | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
+// | Packages/Auth      | PeerSyncAuth              | Transport                  | COpenSSL (ssl)     |
 // | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
-// | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport, Auth | —             |
+// | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
@@ -140,7 +140,7 @@ let package = Package(
         // MARK: Auth
         .systemLibrary(name: "COpenSSL", path: "Packages/Auth/Sources/COpenSSL",
                        pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
-        library("PeerSyncAuth", folder: "Auth", dependencies: ["PeerSyncCore", "COpenSSL"]),
+        library("PeerSyncAuth", folder: "Auth", dependencies: ["PeerSyncTransport", "PeerSyncCore", "COpenSSL"]),
         tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
 
         // MARK: WebSocket
@@ -161,7 +161,7 @@ let package = Package(
 
         // MARK: Replicator
         library("PeerSyncReplicator", folder: "Replicator",
-                dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+                dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
         tests("PeerSyncReplicatorTests", folder: "Replicator",
               dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
                              "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncAuth", "PeerSyncCore"]),
