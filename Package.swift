@@ -16,7 +16,9 @@
 // |                    | PeerSyncTransportTesting  | Transport (conformance)    | —                  |
 // | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
 // | Packages/Auth      | PeerSyncAuth              | Transport                  | COpenSSL (ssl)     |
-// | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
+// | Packages/Posix     | PeerSyncPosix             | Transport (error codes)    | CEpoll (epoll)     |
+// | Packages/WebSocket | PeerSyncWebSocketCodec    | Core (pure: no I/O)        | —                  |
+// |                    | PeerSyncWebSocket         | Codec, Posix, Auth         | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
@@ -69,6 +71,8 @@ let package = Package(
         .library(name: "PeerSyncTransportTesting", targets: ["PeerSyncTransportTesting"]),
         .library(name: "PeerSyncLoopback", targets: ["PeerSyncLoopback"]),
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
+        .library(name: "PeerSyncPosix", targets: ["PeerSyncPosix"]),
+        .library(name: "PeerSyncWebSocketCodec", targets: ["PeerSyncWebSocketCodec"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
@@ -143,15 +147,22 @@ let package = Package(
         library("PeerSyncAuth", folder: "Auth", dependencies: ["PeerSyncTransport", "PeerSyncCore", "COpenSSL"]),
         tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
 
-        // MARK: WebSocket
-        // CEpoll: <sys/epoll.h>, <sys/eventfd.h> and <malloc.h>, which Swift's Glibc module does not export.
-        .systemLibrary(name: "CEpoll", path: "Packages/WebSocket/Sources/CEpoll"),
-        library("PeerSyncWebSocket", folder: "WebSocket",
-                dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",
+        // MARK: Posix
+        // CEpoll: <sys/epoll.h> and <malloc.h>, which Swift's Glibc module does not export.
+        .systemLibrary(name: "CEpoll", path: "Packages/Posix/Sources/CEpoll"),
+        library("PeerSyncPosix", folder: "Posix",
+                dependencies: ["PeerSyncTransport", "PeerSyncCore",
                                .target(name: "CEpoll", condition: .when(platforms: [.linux]))]),
+        tests("PeerSyncPosixTests", folder: "Posix", dependencies: ["PeerSyncPosix", "PeerSyncTransport", "PeerSyncCore"]),
+
+        // MARK: WebSocket
+        library("PeerSyncWebSocketCodec", folder: "WebSocket", dependencies: ["PeerSyncCore"]),
+        tests("PeerSyncWebSocketCodecTests", folder: "WebSocket", dependencies: ["PeerSyncWebSocketCodec", "PeerSyncCore"]),
+        library("PeerSyncWebSocket", folder: "WebSocket",
+                dependencies: ["PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
-              dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
-                             "PeerSyncAuth", "PeerSyncCore"]),
+              dependencies: ["PeerSyncWebSocket", "PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport",
+                             "PeerSyncTransportTesting", "PeerSyncAuth", "PeerSyncCore"]),
 
         // MARK: BLIP
         .systemLibrary(name: "CZlib", path: "Packages/BLIP/Sources/CZlib",
@@ -172,7 +183,7 @@ let package = Package(
                                "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
         // The end-to-end tests run `peersync serve` / `peersync sync` as child processes.
         tests("PeerSyncListenerTests", folder: "Listener",
-              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth",
+              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncAuth",
                              "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "PeerSyncBLIP", "peersync",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
@@ -191,7 +202,7 @@ let package = Package(
             name: "peersync",
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
-                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncLoopback",
+                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncLoopback",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],

@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 import PeerSyncCore
-import Synchronization
 
 /// The Python `websockets` peer used by the interop tests.
 ///
@@ -179,11 +178,11 @@ enum PythonPeer {
 
 /// A running Python process whose stdout lines the test can wait for. Terminated (by PID) in
 /// ``stop()``; its temporary directory is removed. `@unchecked Sendable`: `process` and the
-/// pipe are only used through Foundation's thread-safe calls; `lines` is a Mutex.
+/// pipe are only used through Foundation's thread-safe calls; `lines` is a LockedValue.
 final class PythonProcess: @unchecked Sendable {
     private let process: Process
     private let stdinPipe: Pipe
-    private let lines = Mutex<[String]>([])
+    private let lines = LockedValue<[String]>([])
     let directory: String
 
     private init(process: Process, stdinPipe: Pipe, directory: String) {

@@ -6,21 +6,21 @@ import Musl
 import PeerSyncCore
 import PeerSyncTransport
 
-/// A connected TCP socket as a ``ByteStream``: non-blocking, driven by the process's epoll
-/// reactor (one thread for all sockets), with `TCP_NODELAY` set.
+/// A connected TCP socket as a ``ByteStream``: non-blocking, driven by the process's
+/// ``Reactor`` (one thread for all descriptors), with `TCP_NODELAY` set.
 ///
 /// Threading: every method may be called from any task. At most one `read` and one `write`
 /// may be outstanding at a time (the ``ByteStream`` contract); they may run concurrently.
 /// Errors are ``PeerSyncError``s: `.closed` after ``close()``, `.connectionReset` when the
 /// peer broke the connection, `.cancelled` when the waiting task is cancelled.
 public final class TCPStream: ByteStream {
-    let socket: Socket
+    package let socket: AsyncDescriptor
     /// The peer's address, e.g. `127.0.0.1:4984` or `[::1]:4984`.
     public let remoteAddress: String?
     /// The local address of the connection.
     public let localAddress: String?
 
-    init(socket: Socket) {
+    init(socket: AsyncDescriptor) {
         self.socket = socket
         remoteAddress = SocketAddress.of(fd: socket.fd, peer: true)?.description
         localAddress = SocketAddress.of(fd: socket.fd, peer: false)?.description
@@ -80,27 +80,29 @@ public final class TCPStream: ByteStream {
     }
 
     static func connect(to address: SocketAddress, timeout: Duration, from local: SocketAddress? = nil) async throws -> TCPStream {
-        let fd = try checkSyscall(Glibc.socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0), "socket")
-        let socket = try Socket(fd: fd)
-        setNoDelay(fd)
+        let socket = try AsyncDescriptor(fd: try openStreamSocket(family: address.family))
         if let local {
-            let bound = try socket.withDescriptor { fd -> Int32 in
-                local.withSockaddr { Glibc.bind(fd, $0, $1) } == -1 ? errno : 0
-            }
-            if bound != 0 {
+            do {
+                try socket.withDescriptor { fd throws(PeerSyncError) in
+                    try syscall("bind") { local.withSockaddr { Glibc.bind(fd, $0, $1) } }
+                }
+            } catch {
                 socket.close()
-                throw systemError("bind", errno: bound).with("address", local.description)
+                throw error.with("address", local.description)
             }
         }
-        let rc = try socket.withDescriptor { fd -> (Int32, Int32) in
-            let r = address.withSockaddr { Glibc.connect(fd, $0, $1) }
-            return (r, r == -1 ? errno : 0)
-        }
-        if rc.0 == -1 {
-            guard rc.1 == EINPROGRESS || rc.1 == EINTR else {
-                socket.close()
-                throw systemError("connect", errno: rc.1).with("address", address.description)
+        let started: SyscallResult<Int32>
+        do {
+            // EINPROGRESS: the non-blocking connect goes on; EALREADY: it was already going on
+            // when a signal interrupted the call (EINTR) and `syscall` asked again.
+            started = try socket.withDescriptor { fd throws(PeerSyncError) in
+                try syscall("connect", handling: [EINPROGRESS, EALREADY]) { address.withSockaddr { Glibc.connect(fd, $0, $1) } }
             }
+        } catch {
+            socket.close()
+            throw error.with("address", address.description)
+        }
+        if case .failed = started {
             // Wait for writability, or time out by closing the socket (which ends the wait).
             let timer = Task {
                 try await Task.sleep(for: timeout)
@@ -115,10 +117,10 @@ public final class TCPStream: ByteStream {
                 socket.close()
                 throw error
             }
-            let soError = try socket.withDescriptor { fd -> Int32 in
+            let soError = try socket.withDescriptor { fd throws(PeerSyncError) -> Int32 in
                 var value: Int32 = 0
                 var length = socklen_t(MemoryLayout<Int32>.size)
-                if getsockopt(fd, SOL_SOCKET, SO_ERROR, &value, &length) == -1 { return errno }
+                try syscall("getsockopt") { getsockopt(fd, SOL_SOCKET, SO_ERROR, &value, &length) }
                 return value
             }
             if soError != 0 {
@@ -132,43 +134,34 @@ public final class TCPStream: ByteStream {
     public func read(maxBytes: Int) async throws -> [UInt8]? {
         guard maxBytes > 0 else { throw PeerSyncError(.invalidArgument, "read(maxBytes:) needs maxBytes > 0") }
         while true {
-            var error: Int32 = 0
-            let bytes = try socket.withDescriptor { fd in
-                [UInt8](unsafeUninitializedCapacity: maxBytes) { buffer, count in
-                    let n = recv(fd, buffer.baseAddress, maxBytes, 0)
-                    if n < 0 { error = errno; count = 0 } else if n == 0 { error = -1; count = 0 } else { count = n }
+            var wouldBlock = false
+            let bytes = try [UInt8](unsafeUninitializedCapacity: maxBytes) { buffer, count in
+                guard let n = try readAvailable(into: UnsafeMutableRawBufferPointer(buffer)) else {
+                    wouldBlock = true
+                    return
                 }
+                count = n
             }
-            if !bytes.isEmpty { return bytes }
-            switch error {
-            case -1: return nil
-            case EAGAIN, EWOULDBLOCK: try await socket.wait(.read)
-            case EINTR: continue
-            default: throw systemError("recv", errno: error)
-            }
+            if !wouldBlock { return bytes.isEmpty ? nil : bytes }
+            try await socket.wait(.read)
         }
     }
 
     /// Reads what the kernel has for this socket into `buffer` without waiting: the number
     /// of bytes, 0 at end of stream, nil when nothing is available now (then call
     /// ``waitUntilReadable()``).
-    func readAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(PeerSyncError) -> Int? {
-        while true {
-            let (n, error) = try socket.withDescriptor { fd -> (Int, Int32) in
-                let n = recv(fd, buffer.baseAddress, buffer.count, 0)
-                return (n, n < 0 ? errno : 0)
-            }
-            if n >= 0 { return n }
-            switch error {
-            case EAGAIN, EWOULDBLOCK: return nil
-            case EINTR: continue
-            default: throw systemError("recv", errno: error)
-            }
+    package func readAvailable(into buffer: UnsafeMutableRawBufferPointer) throws(PeerSyncError) -> Int? {
+        let result = try socket.withDescriptor { fd throws(PeerSyncError) in
+            try syscall("recv", handling: wouldBlockErrnos) { recv(fd, buffer.baseAddress, buffer.count, 0) }
+        }
+        switch result {
+        case .succeeded(let n): return n
+        case .failed: return nil
         }
     }
 
     /// Suspends until the socket may have bytes to read (or has ended).
-    func waitUntilReadable() async throws {
+    package func waitUntilReadable() async throws {
         try await socket.wait(.read)
     }
 
@@ -178,31 +171,22 @@ public final class TCPStream: ByteStream {
 
     /// Writes all of `bytes`. When not `cancellable`, task cancellation does not stop it
     /// halfway (only completion or the socket's close ends it).
-    func write(_ bytes: [UInt8], cancellable: Bool) async throws {
+    package func write(_ bytes: [UInt8], cancellable: Bool) async throws {
         var offset = 0
         while offset < bytes.count {
-            let (n, error) = try socket.withDescriptor { fd -> (Int, Int32) in
-                bytes.withUnsafeBytes { raw in
-                    let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
-                    return (n, n < 0 ? errno : 0)
-                }
+            let start = offset
+            offset += try await socket.perform(.write, "send", cancellable: cancellable) { fd in
+                bytes.withUnsafeBytes { raw in send(fd, raw.baseAddress! + start, raw.count - start, Int32(MSG_NOSIGNAL)) }
             }
-            if n > 0 {
-                offset += n
-                // A short write filled the socket buffer: wait for room instead of asking again.
-                if offset < bytes.count { try await socket.wait(.write, cancellable: cancellable) }
-                continue
-            }
-            switch error {
-            case EAGAIN, EWOULDBLOCK: try await socket.wait(.write, cancellable: cancellable)
-            case EINTR: continue
-            default: throw systemError("send", errno: error)
-            }
+            // A short write filled the socket buffer: wait for room instead of asking again.
+            if offset < bytes.count { try await socket.wait(.write, cancellable: cancellable) }
         }
     }
 
     public func shutdownOutput() async {
-        _ = try? socket.withDescriptor { Glibc.shutdown($0, Int32(SHUT_WR)) }
+        _ = try? socket.withDescriptor { fd throws(PeerSyncError) in
+            try syscall("shutdown") { Glibc.shutdown(fd, Int32(SHUT_WR)) }
+        }
     }
 
     public func close() async {
@@ -215,15 +199,24 @@ public final class TCPStream: ByteStream {
     }
 }
 
+/// A new non-blocking, close-on-exec TCP socket of `family` with `TCP_NODELAY` set.
+private func openStreamSocket(family: Int32) throws(PeerSyncError) -> Int32 {
+    let fd = try syscall("socket") {
+        Glibc.socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    }
+    setNoDelay(fd)
+    return fd
+}
+
+/// Sets `TCP_NODELAY` (best effort: a socket without it is slower, not broken).
 private func setNoDelay(_ fd: Int32) {
-    var one: Int32 = 1
-    _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    try? setSocketOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
 }
 
 /// A listening TCP socket. ``accept()`` suspends (on the reactor, no thread) until a
 /// connection arrives. Close it to end a pending `accept` with `.closed`.
 public final class TCPListener: Sendable {
-    let socket: Socket
+    let socket: AsyncDescriptor
     /// The bound host (numeric) and port; with port 0 requested, the port the system picked.
     public let host: String
     public let port: Int
@@ -263,27 +256,27 @@ public final class TCPListener: Sendable {
     }
 
     private init(address: SocketAddress, backlog: Int32) throws(PeerSyncError) {
-        let fd = try checkSyscall(Glibc.socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0), "socket")
-        var one: Int32 = 1
-        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        if address.family == AF_INET6 {
-            // `::` serves IPv4 too; a specific IPv6 address only IPv6.
-            var v6only: Int32 = address.host == "::" ? 0 : 1
-            _ = setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &v6only, socklen_t(MemoryLayout<Int32>.size))
+        let fd = try syscall("socket") {
+            Glibc.socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         }
-        let bound = address.withSockaddr { Glibc.bind(fd, $0, $1) }
-        if bound == -1 {
-            let code = errno
-            Glibc.close(fd)
-            throw systemError("bind", errno: code).with("address", address.description)
-        }
-        if Glibc.listen(fd, backlog) == -1 {
-            let code = errno
-            Glibc.close(fd)
-            throw systemError("listen", errno: code)
+        do throws(PeerSyncError) {
+            try setSocketOption(fd, SOL_SOCKET, SO_REUSEADDR, 1)
+            if address.family == AF_INET6 {
+                // `::` serves IPv4 too; a specific IPv6 address only IPv6.
+                try setSocketOption(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, address.host == "::" ? 0 : 1)
+            }
+            do {
+                try syscall("bind") { address.withSockaddr { Glibc.bind(fd, $0, $1) } }
+            } catch {
+                throw error.with("address", address.description)
+            }
+            try syscall("listen") { Glibc.listen(fd, backlog) }
+        } catch {
+            closeDescriptor(fd)
+            throw error
         }
         let local = SocketAddress.of(fd: fd, peer: false) ?? address
-        socket = try Socket(fd: fd)
+        socket = try AsyncDescriptor(fd: fd)
         host = local.host
         port = local.port
     }
@@ -291,28 +284,40 @@ public final class TCPListener: Sendable {
     /// The next incoming connection. Throws `.closed` once the listener is closed.
     public func accept() async throws -> TCPStream {
         while true {
-            let (fd, error) = try socket.withDescriptor { fd -> (Int32, Int32) in
-                let r = Glibc.accept(fd, nil, nil)
-                return (r, r < 0 ? errno : 0)
+            let result = try socket.withDescriptor { fd throws(PeerSyncError) in
+                try syscall("accept", handling: Self.retriedAcceptErrnos + Self.outOfResourcesErrnos + wouldBlockErrnos) {
+                    Glibc.accept(fd, nil, nil)
+                }
             }
-            if fd >= 0 {
-                let flags = fcntl(fd, F_GETFL)
-                _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            switch result {
+            case .succeeded(let fd):
+                // (`accept4`, which sets both flags at once, is not exported by Swift's Glibc.)
+                do {
+                    let flags = try syscall("fcntl") { fcntl(fd, F_GETFL) }
+                    try syscall("fcntl") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+                    try syscall("fcntl") { fcntl(fd, F_SETFD, FD_CLOEXEC) }
+                } catch {
+                    closeDescriptor(fd)
+                    throw error
+                }
                 setNoDelay(fd)
-                return TCPStream(socket: try Socket(fd: fd))
-            }
-            switch error {
-            case EAGAIN, EWOULDBLOCK: try await socket.wait(.read)
-            case EINTR, ECONNABORTED, EPROTO: continue
-            case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                return TCPStream(socket: try AsyncDescriptor(fd: fd))
+            case .failed(let error) where wouldBlockErrnos.contains(error):
+                try await socket.wait(.read)
+            case .failed(let error) where Self.retriedAcceptErrnos.contains(error):
+                continue
+            case .failed(let error):
                 // Out of resources: back off instead of spinning; the listener stays up.
                 Logger(.network).warning("accept: \(systemError("accept", errno: error).message)")
                 try await Task.sleep(for: .milliseconds(100))
-            default: throw systemError("accept", errno: error)
             }
         }
     }
+
+    /// The connection went away while it waited in the queue: take the next one.
+    private static let retriedAcceptErrnos = [ECONNABORTED, EPROTO]
+    /// Out of descriptors or memory: back off and try again instead of spinning.
+    private static let outOfResourcesErrnos = [EMFILE, ENFILE, ENOBUFS, ENOMEM]
 
     /// Stops listening. Idempotent.
     public func close() {

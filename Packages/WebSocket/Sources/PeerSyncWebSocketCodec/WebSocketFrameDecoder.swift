@@ -1,9 +1,7 @@
-// RFC 6455 incremental frame decoder and message assembler. Pure and synchronous; stdlib +
-// PeerSyncCore error type only (compiled into the fuzzers by Tools/fuzz/run).
+// RFC 6455 incremental frame decoder and message assembler, synchronous.
+// Part of the pure codec module (no I/O; PeerSyncCore only), fuzzed by Tools/fuzz/run.
 
-#if canImport(PeerSyncCore)
 import PeerSyncCore
-#endif
 
 /// Turns received bytes into WebSocket events, enforcing the protocol rules of the receiving
 /// role:

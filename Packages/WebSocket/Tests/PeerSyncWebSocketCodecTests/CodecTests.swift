@@ -1,5 +1,5 @@
 import PeerSyncCore
-@testable import PeerSyncWebSocket
+@testable import PeerSyncWebSocketCodec
 import Testing
 
 /// Builds a frame by hand (independent of the encoder), masked with `mask` if given.

@@ -1,9 +1,7 @@
-// Incremental HTTP/1.1 request and response parsers. Pure and synchronous; stdlib +
-// PeerSyncCore error type only (compiled into the fuzzers by Tools/fuzz/run).
+// Incremental HTTP/1.1 request and response parsers, synchronous.
+// Part of the pure codec module (no I/O; PeerSyncCore only), fuzzed by Tools/fuzz/run.
 
-#if canImport(PeerSyncCore)
 import PeerSyncCore
-#endif
 
 /// Parses HTTP/1.1 requests from a byte stream, one after the other (pipelining works).
 ///

@@ -1,10 +1,7 @@
-// Pure codec support: error codes. No dependency beyond the Swift standard library
-// and PeerSyncCore's `PeerSyncError` / `SHA1` (Tools/fuzz/run compiles this file together with
-// those two Core sources into the fuzzers).
+// The codec's error codes and their WebSocket close code / HTTP status.
+// Part of the pure codec module (no I/O; PeerSyncCore only), fuzzed by Tools/fuzz/run.
 
-#if canImport(PeerSyncCore)
 import PeerSyncCore
-#endif
 
 extension PeerSyncError.Code {
     /// A WebSocket text message or close reason that is not valid UTF-8 (close code 1007).

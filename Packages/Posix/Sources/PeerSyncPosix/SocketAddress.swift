@@ -106,12 +106,14 @@ struct SocketAddress: Sendable, CustomStringConvertible {
     static func of(fd: Int32, peer: Bool) -> SocketAddress? {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let rc = withUnsafeMutablePointer(to: &storage) { ptr in
-            ptr.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                peer ? getpeername(fd, $0, &length) : getsockname(fd, $0, &length)
+        let named = try? syscall(peer ? "getpeername" : "getsockname") {
+            withUnsafeMutablePointer(to: &storage) { ptr in
+                ptr.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    peer ? getpeername(fd, $0, &length) : getsockname(fd, $0, &length)
+                }
             }
         }
-        guard rc == 0 else { return nil }
+        guard named != nil else { return nil }  // e.g. ENOTCONN: the peer is already gone
         return SocketAddress(storage: storage, length: length)
     }
 
@@ -165,7 +167,7 @@ struct SocketAddress: Sendable, CustomStringConvertible {
     /// otherwise), with `port`.
     static func ofInterface(_ name: String, port: Int, family: Int32? = nil) throws(PeerSyncError) -> SocketAddress {
         var list: UnsafeMutablePointer<ifaddrs>?
-        try checkSyscall(getifaddrs(&list), "getifaddrs")
+        try syscall("getifaddrs") { getifaddrs(&list) }
         defer { freeifaddrs(list) }
         var v4: SocketAddress?, v6: SocketAddress?
         var cursor = list

@@ -1,9 +1,7 @@
-// RFC 6455 frame encoding. Pure and synchronous; stdlib + PeerSyncCore error type only
-// (compiled into the fuzzers by Tools/fuzz/run).
+// RFC 6455 frame encoding, synchronous.
+// Part of the pure codec module (no I/O; PeerSyncCore only), fuzzed by Tools/fuzz/run.
 
-#if canImport(PeerSyncCore)
 import PeerSyncCore
-#endif
 
 /// A WebSocket frame opcode (RFC 6455 §5.2).
 public enum WebSocketOpcode: UInt8, Sendable, CaseIterable {

@@ -1,9 +1,7 @@
-// HTTP/1.1 message values and serialization. Pure; stdlib + PeerSyncCore error type only
-// (compiled into the fuzzers by Tools/fuzz/run).
+// HTTP/1.1 message values and serialization.
+// Part of the pure codec module (no I/O; PeerSyncCore only), fuzzed by Tools/fuzz/run.
 
-#if canImport(PeerSyncCore)
 import PeerSyncCore
-#endif
 
 /// One header line.
 public struct HTTPHeaderField: Sendable, Hashable {
@@ -219,7 +217,7 @@ public struct HTTPResponse: Sendable, Hashable {
 
 /// RFC 9110 `tchar`.
 @inline(__always)
-func isTokenChar(_ c: UInt8) -> Bool {
+package func isTokenChar(_ c: UInt8) -> Bool {
     switch c {
     case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
          UInt8(ascii: "0")...UInt8(ascii: "9"):
@@ -233,7 +231,9 @@ func isTokenChar(_ c: UInt8) -> Bool {
     }
 }
 
-func asciiLowercased(_ s: String) -> String {
+/// Lowercases ASCII letters only (header names and tokens compare case-insensitively in ASCII,
+/// never by locale).
+package func asciiLowercased(_ s: String) -> String {
     String(decoding: s.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }, as: UTF8.self)
 }
 
@@ -249,7 +249,7 @@ func asciiCaseInsensitiveEquals(_ a: String, _ b: String) -> Bool {
 }
 
 /// Trims spaces and horizontal tabs (HTTP optional whitespace).
-func trimOWS(_ s: String) -> String {
+package func trimOWS(_ s: String) -> String {
     let bytes = Array(s.utf8)
     var start = 0, end = bytes.count
     while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }

@@ -1,7 +1,7 @@
 #if canImport(CEpoll)
 internal import CEpoll
 #endif
-import Synchronization
+import PeerSyncCore
 
 /// Hands memory that the C allocator keeps free back to the operating system, after
 /// connections end.
@@ -17,15 +17,15 @@ import Synchronization
 /// one trim `delay` later and requests until then are covered by it (at most one trim per
 /// delay while connections keep ending). Process-wide, like the allocator; thread-safe. A
 /// no-op where glibc's `malloc_trim` is not available.
-enum FreedMemory {
+package enum FreedMemory {
     private struct State {
         var scheduled = false
         var trims = 0
     }
-    private static let state = Mutex(State())
+    private static let state = LockedValue(State())
 
     /// Schedules a trim `delay` from now unless one is already scheduled.
-    static func releaseSoon(after delay: Duration) {
+    package static func releaseSoon(after delay: Duration) {
         let schedule = state.withLock { s -> Bool in
             if s.scheduled { return false }
             s.scheduled = true
@@ -40,7 +40,7 @@ enum FreedMemory {
     }
 
     /// Trims now, on the calling thread.
-    static func releaseNow() {
+    package static func releaseNow() {
         #if canImport(CEpoll)
         _ = malloc_trim(0)
         #endif
@@ -48,8 +48,8 @@ enum FreedMemory {
     }
 
     /// How many trims ran in this process (for tests).
-    static var trimCount: Int { state.withLock { $0.trims } }
+    package static var trimCount: Int { state.withLock { $0.trims } }
 
     /// Whether a trim is scheduled and has not run yet (for tests).
-    static var isScheduled: Bool { state.withLock { $0.scheduled } }
+    package static var isScheduled: Bool { state.withLock { $0.scheduled } }
 }

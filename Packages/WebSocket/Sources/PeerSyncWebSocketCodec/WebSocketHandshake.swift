@@ -1,9 +1,7 @@
-// RFC 6455 §4 opening handshake rules, as pure functions over HTTP messages. stdlib +
-// PeerSyncCore (`PeerSyncError`, `SHA1`) only (compiled into the fuzzers by Tools/fuzz/run).
+// RFC 6455 §4 opening handshake rules, as pure functions over HTTP messages.
+// Part of the pure codec module (no I/O; PeerSyncCore only), fuzzed by Tools/fuzz/run.
 
-#if canImport(PeerSyncCore)
 import PeerSyncCore
-#endif
 
 /// The opening-handshake rules of RFC 6455 for both ends.
 public enum WebSocketHandshake {
