@@ -11,10 +11,11 @@ import Synchronization
 /// as a Bluetooth L2CAP channel, a pipe.
 ///
 /// It owns the descriptor: `fd` is immutable and its lifetime is governed by `state` (a
-/// LockedValue). Operations run through ``withDescriptor(_:)``, which counts them in flight, and the
-/// descriptor is closed exactly once — by ``close()`` when nothing is in flight, else by the
-/// last operation to finish, or by `deinit`. So a descriptor number is never reused while a
-/// syscall may still touch it.
+/// LockedValue). Operations run through ``withDescriptor(_:)``, which counts them in flight,
+/// and the descriptor is released — removed from the reactor, then closed — exactly once: by
+/// ``close()`` when nothing is in flight, else by the last operation to finish, or by
+/// `deinit`. So a descriptor number is never reused while a syscall (`epoll_ctl` included)
+/// may still touch it.
 ///
 /// Threading: every method may be called from any task. At most one task may wait for each
 /// direction at a time (a second concurrent waiter fails with `.internalError`).
@@ -65,10 +66,14 @@ package final class AsyncDescriptor: @unchecked Sendable {
             s.released = true
             return true
         }
-        if release {
-            reactor.unregister(registration)
-            closeDescriptor(fd)
-        }
+        if release { releaseDescriptor() }
+    }
+
+    /// Removes the descriptor from the reactor, then closes it. Called exactly once, by whoever
+    /// set `released`.
+    private func releaseDescriptor() {
+        reactor.unregister(registration)
+        closeDescriptor(fd)
     }
 
     /// Whether ``close()`` was called.
@@ -93,7 +98,7 @@ package final class AsyncDescriptor: @unchecked Sendable {
                 }
                 return false
             }
-            if release { closeDescriptor(fd) }
+            if release { releaseDescriptor() }
         }
         return try body(fd)
     }
@@ -199,7 +204,8 @@ package final class AsyncDescriptor: @unchecked Sendable {
         w?.resume()
     }
 
-    /// Closes the descriptor: pending and later operations fail with `.closed`. Idempotent.
+    /// Closes the descriptor: pending and later operations fail with `.closed`; the descriptor
+    /// itself is released now, or by the last operation in flight. Idempotent.
     package func close() {
         let (r, w, release, first) = state.withLock { s -> (UnsafeContinuation<Void, any Error>?, UnsafeContinuation<Void, any Error>?, Bool, Bool) in
             if s.closed { return (nil, nil, false, false) }
@@ -215,8 +221,7 @@ package final class AsyncDescriptor: @unchecked Sendable {
             return (r, w, release, true)
         }
         guard first else { return }
-        reactor.unregister(registration)
-        if release { closeDescriptor(fd) }
+        if release { releaseDescriptor() }
         r?.resume(throwing: closedStreamError)
         w?.resume(throwing: closedStreamError)
     }

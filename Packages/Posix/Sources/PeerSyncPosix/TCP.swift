@@ -93,16 +93,16 @@ public final class TCPStream: ByteStream {
         }
         let started: SyscallResult<Int32>
         do {
-            // EINPROGRESS: the non-blocking connect goes on; EALREADY: it was already going on
-            // when a signal interrupted the call (EINTR) and `syscall` asked again.
+            // EINPROGRESS: the non-blocking connect goes on. After a signal interrupted the call
+            // (EINTR) `syscall` asks again: EALREADY, it is still going on; EISCONN, it is done.
             started = try socket.withDescriptor { fd throws(PeerSyncError) in
-                try syscall("connect", handling: [EINPROGRESS, EALREADY]) { address.withSockaddr { Glibc.connect(fd, $0, $1) } }
+                try syscall("connect", handling: [EINPROGRESS, EALREADY, EISCONN]) { address.withSockaddr { Glibc.connect(fd, $0, $1) } }
             }
         } catch {
             socket.close()
             throw error.with("address", address.description)
         }
-        if case .failed = started {
+        if case .failed(let code) = started, code != EISCONN {
             // Wait for writability, or time out by closing the socket (which ends the wait).
             let timer = Task {
                 try await Task.sleep(for: timeout)
