@@ -10,7 +10,9 @@ import PeerSyncTransport
 // `NIOPosix/System.swift`): it retries `EINTR`, hands the errnos a caller asked for back to it
 // (typically `EAGAIN` of a non-blocking descriptor), traps on the errnos that can only mean a
 // bug in this module, and turns every other errno into a `PeerSyncError` — in one place,
-// `systemError(_:errno:)`.
+// `systemError(_:errno:)`. Not through it: `close` (`closeDescriptor`, never retried) and the
+// library calls that report failure another way (`getaddrinfo`, `inet_pton`/`inet_ntop`,
+// `if_nametoindex`, `malloc_trim`).
 
 extension PeerSyncError.Code {
     /// The network or host cannot be reached (`ENETUNREACH`, `EHOSTUNREACH`).
