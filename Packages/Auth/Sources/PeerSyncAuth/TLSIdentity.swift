@@ -330,4 +330,15 @@ public struct TLSIdentity: Sendable {
         try OpenSSL.check(written, "i2d_PKCS12", succeeded: { $0 == length })
         return out
     }
+
+    /// Writes ``exportPKCS12(password:friendlyName:)``'s file to `path`, replacing any file
+    /// there: created with mode `0600` (readable by the owner only), written to a temporary
+    /// file and renamed into place, so no reader ever sees a partial file. A synchronous
+    /// file-system call.
+    /// - Throws: as ``exportPKCS12(password:friendlyName:)``; ``PeerSyncError/Code/io`` when
+    ///   the file cannot be written.
+    public func exportPKCS12(toFile path: String, password: String, friendlyName: String? = nil) throws(PeerSyncError) {
+        let bytes = try exportPKCS12(password: password, friendlyName: friendlyName)
+        try FileIO.writeAtomically(bytes, to: path)
+    }
 }
