@@ -7,39 +7,37 @@ import Testing
 /// `OpenSSL.check` overloads): the right code, OpenSSL's reason in the message, and an error
 /// queue that is empty afterwards.
 @Suite(.timeLimit(.minutes(1))) struct OpenSSLErrorTests {
-    /// The reason OpenSSL gave, as the conversion appends it: the text after `what: `.
-    static func reason(of error: PeerSyncError?, after what: String) -> String? {
-        guard let message = error?.message, message.hasPrefix(what + ": ") else { return nil }
-        return String(message.dropFirst(what.count + 2))
+    /// Checks a converted OpenSSL failure: `code`; the message `what: <OpenSSL's reason>`, that
+    /// reason ending OpenSSL's whole line in `context["openssl"]`; an empty error queue after.
+    static func expectConverted(_ error: PeerSyncError?, _ code: PeerSyncError.Code, what: String,
+                                sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(error?.code == code, sourceLocation: sourceLocation)
+        let message = error?.message ?? ""
+        let reason = message.hasPrefix(what + ": ") ? String(message.dropFirst(what.count + 2)) : ""
+        #expect(!reason.isEmpty, "\(String(describing: error))", sourceLocation: sourceLocation)
+        #expect(error?.context["openssl"]?.hasSuffix(reason) == true, "\(String(describing: error))",
+                sourceLocation: sourceLocation)
+        #expect(OpenSSL.drainErrors().isEmpty, sourceLocation: sourceLocation)
     }
 
-    @Test func malformedDERIsAnInvalidCertificateWithOpenSSLsReason() throws {
+    @Test func malformedDERIsAnInvalidCertificateWithOpenSSLsReason() {
         // SEQUENCE { INTEGER 1 }: well-formed DER, not a certificate.
         let error = #expect(throws: PeerSyncError.self) { try Certificate(derBytes: [0x30, 0x03, 0x02, 0x01, 0x01]) }
-        #expect(error?.code == .invalidCertificate)
-        let reason = try #require(Self.reason(of: error, after: "not a DER X.509 certificate"))
-        #expect(!reason.isEmpty)
-        #expect(error?.context["openssl"]?.hasSuffix(reason) == true, "\(String(describing: error))")
-        #expect(OpenSSL.drainErrors().isEmpty)
+        Self.expectConverted(error, .invalidCertificate, what: "not a DER X.509 certificate")
     }
 
-    @Test func pemWithAMalformedCertificateIsAnInvalidCertificateWithOpenSSLsReason() throws {
+    @Test func pemWithAMalformedCertificateIsAnInvalidCertificateWithOpenSSLsReason() {
         let pem = "-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n"   // the DER above
         let error = #expect(throws: PeerSyncError.self) { try Certificate(pem: pem) }
-        #expect(error?.code == .invalidCertificate)
-        #expect(Self.reason(of: error, after: "not a DER X.509 certificate")?.isEmpty == false)
-        #expect(OpenSSL.drainErrors().isEmpty)
+        Self.expectConverted(error, .invalidCertificate, what: "not a DER X.509 certificate")
     }
 
-    @Test func anAttributeOpenSSLRefusesIsAnInvalidArgumentWithItsReason() throws {
+    @Test func anAttributeOpenSSLRefusesIsAnInvalidArgumentWithItsReason() {
         // Two UTF-8 bytes pass our length check, but a country is two printable characters.
         let error = #expect(throws: PeerSyncError.self) {
             try TLSIdentity.createIdentity(for: .serverAuth, attributes: [certAttrCommonName: "x", certAttrCountry: "é"])
         }
-        #expect(error?.code == .invalidArgument)
-        #expect(Self.reason(of: error, after: "certificate attribute 'C' is not valid")?.isEmpty == false,
-                "\(String(describing: error))")
-        #expect(OpenSSL.drainErrors().isEmpty)
+        Self.expectConverted(error, .invalidArgument, what: "certificate attribute 'C' is not valid")
     }
 
     @Test func aWrongKeyPasswordIsWrongPasswordWithOpenSSLsReason() throws {
@@ -48,10 +46,7 @@ import Testing
         let error = #expect(throws: PeerSyncError.self) {
             try TLSIdentity(certificates: identity.certs, privateKeyPEM: keyPEM, password: "wrong")
         }
-        #expect(error?.code == .wrongPassword)
-        #expect(Self.reason(of: error, after: "the password does not decrypt the private key")?.isEmpty == false,
-                "\(String(describing: error))")
-        #expect(OpenSSL.drainErrors().isEmpty)
+        Self.expectConverted(error, .wrongPassword, what: "the password does not decrypt the private key")
     }
 
     /// OpenSSL queues nothing when a PKCS#12 MAC does not verify: the message stands alone.
