@@ -3,6 +3,7 @@ import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncPosix
 import PeerSyncTransport
+import PeerSyncTransportTesting
 @testable import PeerSyncWebSocket
 import Testing
 
@@ -40,6 +41,7 @@ func startEchoServer(tls: Bool = false, subprotocols: [String] = [], requireSubp
     configuration.host = "127.0.0.1"
     configuration.port = 0
     configuration.connection = connection
+    configuration.handshakeTimeout = TestTiming.slow(configuration.handshakeTimeout)
     if tls { configuration.tls = try TestIdentities.serverTLS() }
     configure(&configuration)
     let route = WebSocketRoute(path: nil, subprotocols: subprotocols, requireSubprotocol: requireSubprotocol,
@@ -65,9 +67,10 @@ func echo(_ connection: WebSocketConnection) async {
 func clientOptions(tls: Bool = false) throws -> WebSocketClientOptions {
     var options = WebSocketClientOptions()
     if tls { options.tls = try TestIdentities.clientTLS() }
-    // Generous: these only bound a failure, and CI machines can be heavily loaded.
-    options.connectTimeout = .seconds(20)
-    options.handshakeTimeout = .seconds(20)
+    // Generous: these only bound a failure, and CI machines can be heavily loaded (and
+    // sanitized builds are many times slower).
+    options.connectTimeout = TestTiming.slow(.seconds(20))
+    options.handshakeTimeout = TestTiming.slow(.seconds(20))
     return options
 }
 
