@@ -78,7 +78,7 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
         for (k, v) in pairs where k.utf8.contains(0) || v.utf8.contains(0) {
             let which = k.utf8.contains(0) ? "name" : "value"
             throw PeerSyncError(.invalidArgument, "BLIP property \(which) contains NUL, which the protocol cannot carry",
-                                context: ["property": k.replacingOccurrences(of: "\u{0}", with: "\\u{0}")])
+                                context: ["property": k.split(separator: "\u{0}", omittingEmptySubsequences: false).joined(separator: "\\u{0}")])
         }
     }
 
