@@ -714,8 +714,9 @@ final class Watchdog: Sendable {
 /// and SIGTERM are handled on a dispatch queue: every live child is killed by PID (SIGKILL)
 /// and reaped, the directory removed, and the process exits with 128 + the signal.
 final class BenchCleanup {  // used by `run` only; the signal handlers capture just the path
-    /// Live children (registered by ``ChildProcess``), by PID.
-    private static let children = LockedValue<[pid_t: ChildProcess]>([:])
+    /// Live children (registered by ``ChildProcess``), by PID; `closed` once they were killed
+    /// (a child started after that — the run had not noticed yet — is killed as it registers).
+    private static let children = LockedValue<(live: [pid_t: ChildProcess], closed: Bool)>(([:], false))
     private static let signalled = Atomic<Bool>(false)
     private let root: String
     private let sources: [any DispatchSourceSignal]
