@@ -3,6 +3,7 @@ import Testing
 import PeerSyncCore
 import PeerSyncStorage
 @testable import PeerSyncSQLite
+import PeerSyncSQLiteBaseline
 
 @Suite("SQLite storage backend", .serialized)
 struct SQLiteStorageTests {
