@@ -207,6 +207,13 @@ let package = Package(
             path: "Tools/peersync",
             swiftSettings: swiftSettings
         ),
+        // The CLI's commands run in-process (`@testable import peersync`), output captured.
+        .testTarget(
+            name: "PeerSyncCLITests",
+            dependencies: ["peersync", "PeerSyncAuth", "PeerSyncCore"],
+            path: "Tests/PeerSyncCLITests",
+            swiftSettings: swiftSettings
+        ),
 
         // MARK: Benchmark baselines (no product; see the table at the top)
         .target(name: "PeerSyncSQLiteBaseline", dependencies: ["PeerSyncCore", "CSQLite"],

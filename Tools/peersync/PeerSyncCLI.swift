@@ -1,6 +1,5 @@
 import Foundation
 import PeerSync
-import PeerSyncAuth
 
 /// `peersync`: every PeerSync capability from the shell. Exit codes: 0 success, 1 error (one
 /// line on stderr), 2 usage error.
