@@ -24,6 +24,12 @@
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
+// | Tools/baselines    | PeerSyncSQLiteBaseline    | Core (no product)          | CSQLite (sqlite3)  |
+// |                    | PeerSyncLMDBBaseline      | Storage (no product)       | CLMDB (lmdb)       |
+//
+// The baselines are raw C yardsticks for `peersync bench` and the backends' tests: benchmark
+// code, in no library product, and by design the one place besides each wrapper module that
+// calls those C libraries.
 //
 // Traits choose optional backends: `SQLite` (default) and `LMDB` (opt-in). A consumer that
 // leaves LMDB off never links liblmdb. Tools/test and Tools/demo build with every trait on.
@@ -102,7 +108,7 @@ let package = Package(
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
         tests("PeerSyncSQLiteTests", folder: "SQLite",
-              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore"]),
+              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore", "PeerSyncSQLiteBaseline"]),
 
         // MARK: LMDB
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
@@ -110,10 +116,11 @@ let package = Package(
         library("PeerSyncLMDB", folder: "LMDB", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"]),
         // A second process for the multi-process tests, and a benchmark driver (`bench`).
         .executableTarget(name: "PeerSyncLMDBTestHelper",
-                          dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore"],
+                          dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBBaseline"],
                           path: "Packages/LMDB/Tests/PeerSyncLMDBTestHelper", swiftSettings: swiftSettings),
         tests("PeerSyncLMDBTests", folder: "LMDB",
-              dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper"]),
+              dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper",
+                             "PeerSyncLMDBBaseline"]),
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
@@ -205,6 +212,8 @@ let package = Package(
                 "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncLoopback",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+                .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDBBaseline", condition: .when(traits: ["LMDB"])),
             ],
             path: "Tools/peersync",
             swiftSettings: swiftSettings
@@ -216,6 +225,12 @@ let package = Package(
             path: "Tests/PeerSyncCLITests",
             swiftSettings: swiftSettings
         ),
+
+        // MARK: Benchmark baselines (no product; see the table at the top)
+        .target(name: "PeerSyncSQLiteBaseline", dependencies: ["PeerSyncCore", "CSQLite"],
+                path: "Tools/baselines/SQLite", swiftSettings: swiftSettings),
+        .target(name: "PeerSyncLMDBBaseline", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"],
+                path: "Tools/baselines/LMDB", swiftSettings: swiftSettings),
 
         // MARK: Examples
         .executableTarget(

@@ -1,6 +1,12 @@
 import PeerSyncCore
 import Foundation
 import PeerSync
+#if SQLite
+import PeerSyncSQLiteBaseline
+#endif
+#if LMDB
+import PeerSyncLMDBBaseline
+#endif
 
 /// `peersync bench storage|...`: benchmark programs that print our figures beside a baseline
 /// measured in the same run. Never used as timed assertions in tests.
