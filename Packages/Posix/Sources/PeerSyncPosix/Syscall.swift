@@ -14,11 +14,6 @@ import PeerSyncTransport
 // library calls that report failure another way (`getaddrinfo`, `inet_pton`/`inet_ntop`,
 // `if_nametoindex`, `malloc_trim`).
 
-extension PeerSyncError.Code {
-    /// The network or host cannot be reached (`ENETUNREACH`, `EHOSTUNREACH`).
-    public static let networkUnreachable = Self(rawValue: "networkUnreachable")
-}
-
 // `.connectionRefused`, `.connectionReset`, `.addressInUse` and `.hostNotFound` are the
 // transport layer's codes (PeerSyncTransport).
 

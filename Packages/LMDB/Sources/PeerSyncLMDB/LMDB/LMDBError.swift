@@ -7,15 +7,6 @@ import Glibc
 import Darwin
 #endif
 
-extension PeerSyncError.Code {
-    /// Internal signal: LMDB's map is full (`MDB_MAP_FULL`). The write path grows the map and
-    /// replays the transaction; this code never reaches a caller.
-    static let lmdbMapFull = Self(rawValue: "lmdb.mapFull")
-    /// Internal signal: another process grew the map (`MDB_MAP_RESIZED`). Transaction begin
-    /// adopts the new size and retries; this code never reaches a caller.
-    static let lmdbMapResized = Self(rawValue: "lmdb.mapResized")
-}
-
 /// The one checking function for C return codes: returns on `0` (`MDB_SUCCESS`), otherwise
 /// throws the ``PeerSyncError`` that ``lmdbError(_:_:_:)`` builds. System calls made by this
 /// module (`open`, `pread`, `flock`, ...) pass their `errno` through it too: LMDB's error space

@@ -67,7 +67,9 @@ extension PeerSyncError.Code {
     public static let diskFull = Self(rawValue: "diskFull")
     /// A storage engine reported an error not covered by a more specific code.
     public static let storage = Self(rawValue: "storage")
-    /// A network peer broke the protocol.
+    /// A network peer broke the protocol: a malformed BLIP frame, varint, property block or
+    /// deflate stream, an oversize message, malformed JSON in a replication message, … The
+    /// connection is closed.
     public static let protocolError = Self(rawValue: "protocolError")
     /// An operation did not finish in time.
     public static let timeout = Self(rawValue: "timeout")
