@@ -72,8 +72,7 @@ extension DocumentEngine {
     /// revision is unknown or its body was dropped.
     func revisionsAndBody(of id: String, revisionID: RevisionID?, _ reader: any StorageReader) throws
         -> (DocumentRevisions, RevisionBodyData?)? {
-        try requireCollection(reader)
-        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
+        guard let record = try documentRecord(id, reader) else { return nil }
         let tree = try loadTree(record)
         guard let revisions = DocumentEngine.documentRevisions(tree, docID: id, sequence: record.sequence) else { return nil }
         var body: RevisionBodyData?
