@@ -15,16 +15,24 @@
 // | Packages/Transport | PeerSyncTransport         | Core                       | —                  |
 // |                    | PeerSyncTransportTesting  | Transport (conformance)    | —                  |
 // | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
-// | Packages/Auth      | PeerSyncAuth              | Core                       | COpenSSL (ssl)     |
-// | Packages/WebSocket | PeerSyncWebSocket         | Transport, Auth            | —                  |
+// | Packages/Auth      | PeerSyncAuth              | Transport                  | COpenSSL (ssl)     |
+// | Packages/Posix     | PeerSyncPosix             | Transport (error codes)    | CEpoll (epoll)     |
+// | Packages/WebSocket | PeerSyncWebSocketCodec    | Core (pure: no I/O)        | —                  |
+// |                    | PeerSyncWebSocket         | Codec, Posix, Auth         | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/Discovery | PeerSyncDiscovery         | Core                       | —                  |
 // |                    | PeerSyncDiscoveryTesting  | Discovery (conformance)    | —                  |
 // | Packages/DNSSD     | PeerSyncDNSSD             | Discovery                  | CAvahi (avahi-client) |
-// | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport, Auth | —             |
+// | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
+// | Tools/baselines    | PeerSyncSQLiteBaseline    | Core (no product)          | CSQLite (sqlite3)  |
+// |                    | PeerSyncLMDBBaseline      | Storage (no product)       | CLMDB (lmdb)       |
+//
+// The baselines are raw C yardsticks for `peersync bench` and the backends' tests: benchmark
+// code, in no library product, and by design the one place besides each wrapper module that
+// calls those C libraries.
 //
 // Traits choose optional backends: `SQLite` (default), `LMDB` and `DNSSD` (opt-in). A consumer
 // that leaves LMDB off never links liblmdb; one that leaves DNSSD off never needs libavahi-client
@@ -74,6 +82,8 @@ let package = Package(
         .library(name: "PeerSyncTransportTesting", targets: ["PeerSyncTransportTesting"]),
         .library(name: "PeerSyncLoopback", targets: ["PeerSyncLoopback"]),
         .library(name: "PeerSyncAuth", targets: ["PeerSyncAuth"]),
+        .library(name: "PeerSyncPosix", targets: ["PeerSyncPosix"]),
+        .library(name: "PeerSyncWebSocketCodec", targets: ["PeerSyncWebSocketCodec"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSyncDiscovery", targets: ["PeerSyncDiscovery"]),
@@ -107,7 +117,7 @@ let package = Package(
                        pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         library("PeerSyncSQLite", folder: "SQLite", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CSQLite"]),
         tests("PeerSyncSQLiteTests", folder: "SQLite",
-              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore"]),
+              dependencies: ["PeerSyncSQLite", "PeerSyncStorage", "PeerSyncCore", "PeerSyncSQLiteBaseline"]),
 
         // MARK: LMDB
         .systemLibrary(name: "CLMDB", path: "Packages/LMDB/Sources/CLMDB",
@@ -115,10 +125,11 @@ let package = Package(
         library("PeerSyncLMDB", folder: "LMDB", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"]),
         // A second process for the multi-process tests, and a benchmark driver (`bench`).
         .executableTarget(name: "PeerSyncLMDBTestHelper",
-                          dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore"],
+                          dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBBaseline"],
                           path: "Packages/LMDB/Tests/PeerSyncLMDBTestHelper", swiftSettings: swiftSettings),
         tests("PeerSyncLMDBTests", folder: "LMDB",
-              dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper"]),
+              dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper",
+                             "PeerSyncLMDBBaseline"]),
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
@@ -149,18 +160,25 @@ let package = Package(
         // MARK: Auth
         .systemLibrary(name: "COpenSSL", path: "Packages/Auth/Sources/COpenSSL",
                        pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
-        library("PeerSyncAuth", folder: "Auth", dependencies: ["PeerSyncCore", "COpenSSL"]),
+        library("PeerSyncAuth", folder: "Auth", dependencies: ["PeerSyncTransport", "PeerSyncCore", "COpenSSL"]),
         tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
 
-        // MARK: WebSocket
-        // CEpoll: <sys/epoll.h>, <sys/eventfd.h> and <malloc.h>, which Swift's Glibc module does not export.
-        .systemLibrary(name: "CEpoll", path: "Packages/WebSocket/Sources/CEpoll"),
-        library("PeerSyncWebSocket", folder: "WebSocket",
-                dependencies: ["PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore",
+        // MARK: Posix
+        // CEpoll: <sys/epoll.h> and <malloc.h>, which Swift's Glibc module does not export.
+        .systemLibrary(name: "CEpoll", path: "Packages/Posix/Sources/CEpoll"),
+        library("PeerSyncPosix", folder: "Posix",
+                dependencies: ["PeerSyncTransport", "PeerSyncCore",
                                .target(name: "CEpoll", condition: .when(platforms: [.linux]))]),
+        tests("PeerSyncPosixTests", folder: "Posix", dependencies: ["PeerSyncPosix", "PeerSyncTransport", "PeerSyncCore"]),
+
+        // MARK: WebSocket
+        library("PeerSyncWebSocketCodec", folder: "WebSocket", dependencies: ["PeerSyncCore"]),
+        tests("PeerSyncWebSocketCodecTests", folder: "WebSocket", dependencies: ["PeerSyncWebSocketCodec", "PeerSyncCore"]),
+        library("PeerSyncWebSocket", folder: "WebSocket",
+                dependencies: ["PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
-              dependencies: ["PeerSyncWebSocket", "PeerSyncTransport", "PeerSyncTransportTesting",
-                             "PeerSyncAuth", "PeerSyncCore"]),
+              dependencies: ["PeerSyncWebSocket", "PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport",
+                             "PeerSyncTransportTesting", "PeerSyncAuth", "PeerSyncCore"]),
 
         // MARK: BLIP
         .systemLibrary(name: "CZlib", path: "Packages/BLIP/Sources/CZlib",
@@ -185,7 +203,7 @@ let package = Package(
 
         // MARK: Replicator
         library("PeerSyncReplicator", folder: "Replicator",
-                dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+                dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
         tests("PeerSyncReplicatorTests", folder: "Replicator",
               dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
                              "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncAuth", "PeerSyncCore"]),
@@ -196,7 +214,7 @@ let package = Package(
                                "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
         // The end-to-end tests run `peersync serve` / `peersync sync` as child processes.
         tests("PeerSyncListenerTests", folder: "Listener",
-              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth",
+              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncAuth",
                              "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "PeerSyncBLIP", "peersync",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
@@ -217,13 +235,28 @@ let package = Package(
             name: "peersync",
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
-                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncLoopback",
+                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncLoopback",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+                .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),
+                .target(name: "PeerSyncLMDBBaseline", condition: .when(traits: ["LMDB"])),
             ],
             path: "Tools/peersync",
             swiftSettings: swiftSettings
         ),
+        // The CLI's commands run in-process (`@testable import peersync`), output captured.
+        .testTarget(
+            name: "PeerSyncCLITests",
+            dependencies: ["peersync", "PeerSyncAuth", "PeerSyncCore"],
+            path: "Tests/PeerSyncCLITests",
+            swiftSettings: swiftSettings
+        ),
+
+        // MARK: Benchmark baselines (no product; see the table at the top)
+        .target(name: "PeerSyncSQLiteBaseline", dependencies: ["PeerSyncCore", "CSQLite"],
+                path: "Tools/baselines/SQLite", swiftSettings: swiftSettings),
+        .target(name: "PeerSyncLMDBBaseline", dependencies: ["PeerSyncStorage", "PeerSyncCore", "CLMDB"],
+                path: "Tools/baselines/LMDB", swiftSettings: swiftSettings),
 
         // MARK: Examples
         .executableTarget(

@@ -1,6 +1,12 @@
 import PeerSyncCore
 import Foundation
 import PeerSync
+#if SQLite
+import PeerSyncSQLiteBaseline
+#endif
+#if LMDB
+import PeerSyncLMDBBaseline
+#endif
 
 /// `peersync bench storage|...`: benchmark programs that print our figures beside a baseline
 /// measured in the same run. Never used as timed assertions in tests.
@@ -90,15 +96,20 @@ func measure(_ body: () async throws -> Void) async rethrows -> Double {
     return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
 }
 
-/// `peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]`
+/// `peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--saves N] [--reads N]
+/// [--write-docs N] [--rounds N] [--json]`
 enum StorageBenchmark {
     static func run(_ args: [String]) async throws -> Int32 {
-        let parsed = try Arguments(args, valueOptions: ["docs", "backend", "saves", "reads"], flagOptions: ["json"])
+        let parsed = try Arguments(args, valueOptions: ["docs", "backend", "saves", "reads", "write-docs", "rounds"],
+                                   flagOptions: ["json"])
         try parsed.expectPositionals(0)
         let docs = try parsed.int("docs") ?? 100_000
         let saves = try parsed.int("saves") ?? 2_000
         let reads = try parsed.int("reads") ?? 20_000
+        let scaling = ReaderScaling.Options(writeDocs: try parsed.int("write-docs") ?? 20_000,
+                                            rounds: try parsed.int("rounds") ?? 3)
         guard docs > 0 else { throw UsageError("--docs must be at least 1") }
+        guard scaling.writeDocs > 0, scaling.rounds > 0 else { throw UsageError("--write-docs and --rounds must be at least 1") }
         let json = parsed.flag("json")
         let requested = parsed.value("backend") ?? "all"
         var backends = StorageBackends.all.filter { $0.name != "memory" }
@@ -118,8 +129,11 @@ enum StorageBenchmark {
             print(pad("benchmark", 14) + pad("backend", 8) + pad("ours docs/s", 14, right: true)
                   + pad("raw docs/s", 14, right: true) + pad("slowdown", 10, right: true))
         }
+        var scalings: [ReaderScaling] = []
         for backend in backends {
-            let results = try await benchmark(backend: backend, workload: workload, saves: saves, reads: reads)
+            let (results, scaling) = try await benchmark(backend: backend, workload: workload, saves: saves, reads: reads,
+                                                         scaling: scaling)
+            scalings.append(scaling)
             for r in results {
                 if json {
                     print(r.json)
@@ -130,6 +144,11 @@ enum StorageBenchmark {
                 }
             }
         }
+        if !json {
+            print("8 concurrent readers during a bulk write of \(scaling.writeDocs) documents "
+                  + "(reads/s, median [min–max] of \(scaling.rounds) rounds, 1 and 8 readers in turns):")
+        }
+        for s in scalings { print(json ? s.json : s.line) }
         return 0
     }
 
@@ -174,7 +193,8 @@ enum StorageBenchmark {
         var averageBodySize: Int { canonical.isEmpty ? 0 : canonical.prefix(1000).reduce(0) { $0 + $1.count } / min(1000, canonical.count) }
     }
 
-    static func benchmark(backend: any StorageBackend, workload: Workload, saves: Int, reads: Int) async throws -> [BenchResult] {
+    static func benchmark(backend: any StorageBackend, workload: Workload, saves: Int, reads: Int,
+                          scaling: ReaderScaling.Options) async throws -> ([BenchResult], ReaderScaling) {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-bench-\(getpid())-\(backend.name)").path
         try? FileManager.default.removeItem(atPath: root)
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -243,8 +263,123 @@ enum StorageBenchmark {
         let rawChanges = try await measure { rawCount = try raw.scan() }
         results.append(BenchResult(benchmark: "changes_since", backend: backend.name, docs: changeCount,
                                    ours: Double(changeCount) / oursChanges, baseline: Double(rawCount) / rawChanges))
+
+        // 6. Random reads by 1 and by 8 concurrent readers while a bulk write runs.
+        let readerScaling = try await ReaderScaling.measure(collection, backend: backend.name, keys: keys,
+                                                            bodies: workload.bodies, options: scaling)
         try await db.close()
-        return results
+        return (results, readerScaling)
+    }
+}
+
+/// `bench storage` row 6: random reads (``Collection/document(id:)``, as row 3) by 1 reader
+/// task and by 8 concurrent reader tasks, each for exactly as long as one `inBatch` writing
+/// `writeDocs` new documents takes. The two are measured in turns, `rounds` times, so a busy
+/// machine skews both alike; medians are compared. Also reports how long single reads took
+/// during the writes (median, 99th percentile, longest) beside the shortest write: a read
+/// that waited for the writer would take about as long as the write. (On a machine whose CPUs
+/// are oversubscribed the longest read also counts the time its threads waited for a CPU.)
+struct ReaderScaling {
+    struct Options {
+        var writeDocs: Int
+        var rounds: Int
+    }
+
+    let backend: String
+    let options: Options
+    /// Reads per second of each round.
+    var oneReader: [Double] = []
+    var eightReaders: [Double] = []
+    /// How long each read took, every round.
+    var readLatencies: [Double] = []
+    var shortestWriteSeconds = Double.infinity
+
+    var ratio: Double { median(oneReader) > 0 ? median(eightReaders) / median(oneReader) : 0 }
+
+    static func measure(_ collection: Collection, backend: String, keys: [String], bodies: [[String: JSONValue]],
+                        options: Options) async throws -> ReaderScaling {
+        var result = ReaderScaling(backend: backend, options: options)
+        for round in 0..<options.rounds {
+            for readers in [1, 8] {
+                let prefix = "scaling-\(round)-\(readers)-"
+                let (latencies, readSeconds) = try await readWhileWriting(collection, readers: readers, keys: keys) {
+                    _ = try await collection.database.inBatch { txn in
+                        for i in 0..<options.writeDocs {
+                            var doc = MutableDocument(id: prefix + String(i), data: bodies[i % bodies.count])
+                            try txn.save(document: &doc, in: collection)
+                        }
+                    }
+                }
+                let rate = Double(latencies.count) / readSeconds
+                if readers == 1 { result.oneReader.append(rate) } else { result.eightReaders.append(rate) }
+                result.readLatencies += latencies
+                result.shortestWriteSeconds = min(result.shortestWriteSeconds, readSeconds)
+            }
+        }
+        return result
+    }
+
+    /// Runs `write` and, until it returns, `readers` tasks reading random `keys` one at a
+    /// time. Returns how long each read took and how long the write took.
+    private static func readWhileWriting(_ collection: Collection, readers: Int, keys: [String],
+                                         _ write: @escaping @Sendable () async throws -> Void) async throws
+        -> (readLatencies: [Double], seconds: Double) {
+        let writing = LockedValue(true)
+        let clock = ContinuousClock()
+        let start = clock.now
+        return try await withThrowingTaskGroup(of: [Double].self) { group in
+            group.addTask {
+                defer { writing.withLock { $0 = false } }
+                try await write()
+                return []
+            }
+            for reader in 0..<readers {
+                group.addTask {
+                    var generator = SeededGenerator(seed: UInt64(reader + 1))
+                    var latencies: [Double] = []
+                    while writing.withLock({ $0 }) {
+                        let key = keys[Int(generator.next() % UInt64(keys.count))]
+                        let began = clock.now
+                        guard try await collection.document(id: key) != nil else {
+                            throw PeerSyncError(.internalError, "bench: a read missed \(key)")
+                        }
+                        latencies.append((clock.now - began).seconds)
+                    }
+                    return latencies
+                }
+            }
+            var latencies: [Double] = []
+            for try await readerLatencies in group { latencies += readerLatencies }
+            return (latencies, (clock.now - start).seconds)
+        }
+    }
+
+    private func median(_ values: [Double]) -> Double { TransportBenchmark.median(values) }
+    private func latency(_ percentile: Double) -> Double { TransportBenchmark.percentile(readLatencies, percentile) }
+
+    private func summary(_ values: [Double]) -> String {
+        "\(Int(median(values).rounded())) [\(Int((values.min() ?? 0).rounded()))–\(Int((values.max() ?? 0).rounded()))]"
+    }
+
+    var line: String {
+        pad(backend, 8) + "1 reader " + summary(oneReader) + ", 8 readers " + summary(eightReaders)
+            + String(format: ": %.2fx; reads took %.0f µs median, %.1f ms p99, %.1f ms at most; shortest write %.0f ms",
+                     ratio, latency(0.5) * 1e6, latency(0.99) * 1000, latency(1) * 1000, shortestWriteSeconds * 1000)
+    }
+
+    var json: String {
+        let object: JSONValue = [
+            "benchmark": "readers_during_bulk_write", "backend": .string(backend),
+            "write_docs": .int(Int64(options.writeDocs)), "rounds": .int(Int64(options.rounds)),
+            "one_reader_reads_per_s": .array(oneReader.map { .double($0.rounded()) }),
+            "eight_readers_reads_per_s": .array(eightReaders.map { .double($0.rounded()) }),
+            "ratio": .double((ratio * 100).rounded() / 100),
+            "read_median_us": .double((latency(0.5) * 1e6).rounded()),
+            "read_p99_ms": .double((latency(0.99) * 10_000).rounded() / 10),
+            "read_max_ms": .double((latency(1) * 10_000).rounded() / 10),
+            "shortest_write_ms": .double((shortestWriteSeconds * 1000).rounded()),
+        ]
+        return object.canonicalString
     }
 }
 

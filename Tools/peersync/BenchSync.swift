@@ -714,8 +714,9 @@ final class Watchdog: Sendable {
 /// and SIGTERM are handled on a dispatch queue: every live child is killed by PID (SIGKILL)
 /// and reaped, the directory removed, and the process exits with 128 + the signal.
 final class BenchCleanup {  // used by `run` only; the signal handlers capture just the path
-    /// Live children (registered by ``ChildProcess``), by PID.
-    private static let children = LockedValue<[pid_t: ChildProcess]>([:])
+    /// Live children (registered by ``ChildProcess``), by PID; `closed` once they were killed
+    /// (a child started after that — the run had not noticed yet — is killed as it registers).
+    private static let children = LockedValue<(live: [pid_t: ChildProcess], closed: Bool)>(([:], false))
     private static let signalled = Atomic<Bool>(false)
     private let root: String
     private let sources: [any DispatchSourceSignal]
@@ -763,13 +764,23 @@ final class BenchCleanup {  // used by `run` only; the signal handlers capture j
         signal(SIGTERM, SIG_DFL)
     }
 
-    static func register(_ child: ChildProcess) { children.withLock { $0[child.pid] = child } }
-    static func unregister(_ child: ChildProcess) { _ = children.withLock { $0.removeValue(forKey: child.pid) } }
+    static func register(_ child: ChildProcess) {
+        let tooLate = children.withLock { state in
+            if !state.closed { state.live[child.pid] = child }
+            return state.closed
+        }
+        if tooLate { child.kill(SIGKILL) }
+    }
 
-    /// SIGKILLs every live child by PID, then waits (blocking, on the calling dispatch
-    /// thread) until each is gone or reaped elsewhere.
+    static func unregister(_ child: ChildProcess) { _ = children.withLock { $0.live.removeValue(forKey: child.pid) } }
+
+    /// SIGKILLs every live child by PID — and every child that registers later — then waits
+    /// (blocking, on the calling dispatch thread) until each is gone or reaped elsewhere.
     private static func killChildren() {
-        let live = children.withLock { Array($0.values) }
+        let live = children.withLock { state in
+            state.closed = true
+            return Array(state.live.values)
+        }
         for child in live { child.kill(SIGKILL) }
         for child in live {
             var status: Int32 = 0

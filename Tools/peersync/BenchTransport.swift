@@ -15,6 +15,7 @@ import Foundation
 import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncLoopback
+import PeerSyncPosix
 import PeerSyncTransport
 import PeerSyncWebSocket
 

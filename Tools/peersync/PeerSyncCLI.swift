@@ -1,6 +1,5 @@
 import Foundation
 import PeerSync
-import PeerSyncAuth
 
 /// `peersync`: every PeerSync capability from the shell. Exit codes: 0 success, 1 error (one
 /// line on stderr), 2 usage error.
@@ -37,7 +36,8 @@ struct PeerSyncCLI {
                              print changes live, also other processes' (until N distinct docs changed)
         Document IDs: non-empty UTF-8, at most 255 bytes, no control characters (U+0000-U+001F, U+007F).
         JSON (put, import): an object with the same key twice ({"a":1,"a":2}) is an error.
-      peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]
+      peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--saves N] [--reads N]
+                             [--write-docs N] [--rounds N] [--json]
       peersync bench transport [--json] [--transports loopback,ws,wss] [--sizes 1024,65536]
                                [--total-mb N] [--repeat N] [--idle N]
       peersync bench sync [--docs N] [--repeat R] [--json] [--transports wss,ws] [--backend sqlite|lmdb]

@@ -26,7 +26,7 @@ public func fuzzBLIPProperties(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int
 
     let properties: BLIPProperties
     do { properties = try BLIPProperties.decode(slice) } catch {
-        if error.code != .blipProtocolError { fatalError("unexpected error code \(error.code)") }
+        if error.code != .protocolError { fatalError("unexpected error code \(error.code)") }
         return 0
     }
     let encoded = properties.encoded()

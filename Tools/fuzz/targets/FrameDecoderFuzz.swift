@@ -1,4 +1,4 @@
-// libFuzzer target: the WebSocket frame decoder (PeerSyncWebSocket/Codec), both roles.
+// libFuzzer target: the WebSocket frame decoder (PeerSyncWebSocketCodec), both roles.
 //
 // Input: byte 0 picks the role and the size limit, byte 1 seeds how the rest is split into
 // feeds. Properties checked (a violation traps, which libFuzzer reports as a crash):
@@ -6,6 +6,8 @@
 // - the events and the error do not depend on how the bytes are split into feeds;
 // - every event respects the limits (control payload ≤ 125, message ≤ maxMessageSize);
 // - re-encoding the decoded messages and decoding again gives the same events.
+
+import PeerSyncCore
 
 struct DecodeOutcome: Equatable {
     var events: [WebSocketFrameDecoder.Event]

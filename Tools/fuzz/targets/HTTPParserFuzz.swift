@@ -1,4 +1,4 @@
-// libFuzzer target: the HTTP/1.1 request and response parsers (PeerSyncWebSocket/Codec) and
+// libFuzzer target: the HTTP/1.1 request and response parsers (PeerSyncWebSocketCodec) and
 // the WebSocket handshake rules applied to what they parse.
 //
 // Input: byte 0 picks request or response parsing and the limits, byte 1 seeds the feed
@@ -9,6 +9,8 @@
 // - a parsed request or response serializes and re-parses to the same method/target/status,
 //   headers and body;
 // - the handshake validators never trap on parsed input.
+
+import PeerSyncCore
 
 struct HTTPOutcome: Equatable {
     var requests: [HTTPRequest] = []

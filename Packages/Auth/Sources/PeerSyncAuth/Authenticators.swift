@@ -1,28 +1,18 @@
 import Foundation
 import PeerSyncCore
+import PeerSyncTransport
 
 // MARK: Client side
 
-/// Credentials a replicator (the active peer) presents to a listener — Couchbase Lite's
-/// `Authenticator`. Implemented by ``BasicAuthenticator`` and ``ClientCertificateAuthenticator``.
-public protocol Authenticator: Sendable {}
+// `Authenticator` and `BasicAuthenticator` live in PeerSyncTransport (they need no OpenSSL,
+// and a replicator over a custom transport must not link it). These aliases keep
+// `import PeerSyncAuth` + `BasicAuthenticator(...)` compiling.
 
-/// HTTP Basic authentication with a user name and password (sent in the WebSocket upgrade
-/// request's `Authorization` header; use it only over TLS).
-public struct BasicAuthenticator: Authenticator, Hashable {
-    public let username: String
-    public let password: String
+/// Credentials a replicator presents to a listener: ``PeerSyncTransport/Authenticator``.
+public typealias Authenticator = PeerSyncTransport.Authenticator
 
-    public init(username: String, password: String) {
-        self.username = username
-        self.password = password
-    }
-
-    /// The `Authorization` header value: `Basic <base64(username:password)>`.
-    public var authorizationHeaderValue: String {
-        BasicAuthorization.headerValue(username: username, password: password)
-    }
-}
+/// HTTP Basic credentials: ``PeerSyncTransport/BasicAuthenticator``.
+public typealias BasicAuthenticator = PeerSyncTransport.BasicAuthenticator
 
 /// Presents a TLS client certificate (mutual TLS). Put its ``identity`` into
 /// ``TLSConfiguration/identity`` of the client (``tlsConfiguration(serverName:serverTrust:)``).

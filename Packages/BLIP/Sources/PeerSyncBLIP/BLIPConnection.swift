@@ -695,12 +695,12 @@ public actor BLIPConnection {
                 if type == .request {
                     partialRequests[number]?.body.append(contentsOf: bytes)
                     if (partialRequests[number]?.body.count ?? 0) > tuning.maxMessageSize {
-                        throw PeerSyncError(.blipProtocolError, "request \(number) exceeds \(tuning.maxMessageSize) bytes")
+                        throw PeerSyncError(.protocolError, "request \(number) exceeds \(tuning.maxMessageSize) bytes")
                     }
                 } else {
                     pendingResponses[number]?.body.append(contentsOf: bytes)
                     if (pendingResponses[number]?.body.count ?? 0) > tuning.maxMessageSize {
-                        throw PeerSyncError(.blipProtocolError, "response \(number) exceeds \(tuning.maxMessageSize) bytes")
+                        throw PeerSyncError(.protocolError, "response \(number) exceeds \(tuning.maxMessageSize) bytes")
                     }
                 }
             case .completed(let type, let number):

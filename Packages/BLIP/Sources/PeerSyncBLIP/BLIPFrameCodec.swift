@@ -127,7 +127,7 @@ enum BLIPInboundEvent: Equatable {
 
 /// Parses incoming frames for one connection: owns the inbound CRC-32 and inflate stream, and
 /// applies every reassembly rule of the protocol; any violation throws
-/// ``PeerSyncError/Code/blipProtocolError`` and the connection must close.
+/// ``PeerSyncError/Code/protocolError`` and the connection must close.
 /// Not thread-safe; the connection's reader serializes use.
 final class BLIPFrameDecoder {
     private struct Incoming {
@@ -185,10 +185,10 @@ final class BLIPFrameDecoder {
         var index = bytes.startIndex
         guard let number = try Varint.read(bytes, at: &index),
               let rawFlags = try Varint.read(bytes, at: &index) else {
-            throw PeerSyncError(.blipProtocolError, "frame too short for its header")
+            throw PeerSyncError(.protocolError, "frame too short for its header")
         }
         guard rawFlags <= 0x7F else {
-            throw PeerSyncError(.blipProtocolError, "unknown frame flag bits 0x\(String(rawFlags, radix: 16))")
+            throw PeerSyncError(.protocolError, "unknown frame flag bits 0x\(String(rawFlags, radix: 16))")
         }
         let flagByte = UInt8(rawFlags)
         guard let type = BLIPMessageType(rawValue: flagByte & BLIPFlags.typeMask) else {
@@ -199,14 +199,14 @@ final class BLIPFrameDecoder {
         if type.isAck {
             var i = index
             guard let received = try Varint.read(bytes, at: &i), i == bytes.endIndex else {
-                throw PeerSyncError(.blipProtocolError, "malformed ACK frame")
+                throw PeerSyncError(.protocolError, "malformed ACK frame")
             }
             // ACKMSG acknowledges a request *we* sent; ACKRPY a response we sent.
             return [.ack(of: type == .ackRequest ? .request : .response, number: number, received: received)]
         }
 
         guard bytes.endIndex - index >= 4 else {
-            throw PeerSyncError(.blipProtocolError, "frame too short for its checksum")
+            throw PeerSyncError(.protocolError, "frame too short for its checksum")
         }
         let payloadEnd = bytes.endIndex - 4
         let counted = bytes.endIndex - index
@@ -216,7 +216,7 @@ final class BLIPFrameDecoder {
         let sent = UInt32(bytes[payloadEnd]) << 24 | UInt32(bytes[payloadEnd + 1]) << 16
             | UInt32(bytes[payloadEnd + 2]) << 8 | UInt32(bytes[payloadEnd + 3])
         guard sent == crc else {
-            throw PeerSyncError(.blipProtocolError, "frame checksum mismatch (message \(number))")
+            throw PeerSyncError(.protocolError, "frame checksum mismatch (message \(number))")
         }
 
         // Find or create the incoming message this frame belongs to.
@@ -228,7 +228,7 @@ final class BLIPFrameDecoder {
                 state = existing
             } else {
                 guard number == lastRequestNumber + 1 else {
-                    throw PeerSyncError(.blipProtocolError,
+                    throw PeerSyncError(.protocolError,
                                         "request \(number) arrived out of order (expected \(lastRequestNumber + 1))")
                 }
                 lastRequestNumber = number
@@ -239,7 +239,7 @@ final class BLIPFrameDecoder {
                 state = existing
             } else {
                 guard awaitingResponse.contains(number) else {
-                    throw PeerSyncError(.blipProtocolError, "response to unknown request \(number)")
+                    throw PeerSyncError(.protocolError, "response to unknown request \(number)")
                 }
                 state = Incoming(type: type, flags: flags)
             }
@@ -255,7 +255,7 @@ final class BLIPFrameDecoder {
             var i = state.pending.startIndex
             if let propsLength = try Varint.read(state.pending[...], at: &i) {
                 guard propsLength <= UInt64(tuning.maxPropertiesSize) else {
-                    throw PeerSyncError(.blipProtocolError, "message properties of \(propsLength) bytes exceed the limit")
+                    throw PeerSyncError(.protocolError, "message properties of \(propsLength) bytes exceed the limit")
                 }
                 let propsEnd = i + Int(propsLength)
                 if state.pending.count >= propsEnd {
@@ -275,7 +275,7 @@ final class BLIPFrameDecoder {
         let more = flags.contains(.moreComing)
         if !more {
             guard state.started else {
-                throw PeerSyncError(.blipProtocolError, "message \(number) ended inside its properties")
+                throw PeerSyncError(.protocolError, "message \(number) ended inside its properties")
             }
             events.append(.completed(type: state.type, number: number))
             if type == .request { requests[number] = nil } else {

@@ -78,7 +78,7 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
         for (k, v) in pairs where k.utf8.contains(0) || v.utf8.contains(0) {
             let which = k.utf8.contains(0) ? "name" : "value"
             throw PeerSyncError(.invalidArgument, "BLIP property \(which) contains NUL, which the protocol cannot carry",
-                                context: ["property": k.replacingOccurrences(of: "\u{0}", with: "\\u{0}")])
+                                context: ["property": k.split(separator: "\u{0}", omittingEmptySubsequences: false).joined(separator: "\\u{0}")])
         }
     }
 
@@ -96,18 +96,18 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
     static func decode(_ bytes: ArraySlice<UInt8>) throws(PeerSyncError) -> BLIPProperties {
         if bytes.isEmpty { return BLIPProperties() }
         guard bytes.last == 0 else {
-            throw PeerSyncError(.blipProtocolError, "message properties do not end with NUL")
+            throw PeerSyncError(.protocolError, "message properties do not end with NUL")
         }
         let parts = bytes.dropLast().split(separator: 0, omittingEmptySubsequences: false)
         guard parts.count % 2 == 0 else {
-            throw PeerSyncError(.blipProtocolError, "message properties have an odd number of strings")
+            throw PeerSyncError(.protocolError, "message properties have an odd number of strings")
         }
         var result = BLIPProperties()
         var i = 0
         while i < parts.count {
             guard let key = String(validating: parts[i], as: UTF8.self),
                   let value = String(validating: parts[i + 1], as: UTF8.self) else {
-                throw PeerSyncError(.blipProtocolError, "message properties are not valid UTF-8")
+                throw PeerSyncError(.protocolError, "message properties are not valid UTF-8")
             }
             result.pairs.append((key: key, value: value))
             i += 2

@@ -32,7 +32,7 @@ enum Varint {
             let byte = bytes[i]
             i += 1
             if shift == 63 && byte > 1 {
-                throw PeerSyncError(.blipProtocolError, "varint overflows 64 bits")
+                throw PeerSyncError(.protocolError, "varint overflows 64 bits")
             }
             result |= UInt64(byte & 0x7F) << shift
             if byte & 0x80 == 0 {
@@ -40,7 +40,7 @@ enum Varint {
                 return result
             }
             shift += 7
-            if shift > 63 { throw PeerSyncError(.blipProtocolError, "varint longer than 10 bytes") }
+            if shift > 63 { throw PeerSyncError(.protocolError, "varint longer than 10 bytes") }
         }
         return nil
     }

@@ -3,12 +3,6 @@ internal import CZlib
 import PeerSyncCore
 #endif
 
-extension PeerSyncError.Code {
-    /// A BLIP peer broke the framing protocol (bad varint, CRC mismatch, out-of-order request,
-    /// corrupt deflate data, oversize message, ...). The connection is closed.
-    public static let blipProtocolError = Self(rawValue: "blipProtocolError")
-}
-
 /// The one place zlib return codes become errors.
 @inline(__always)
 func checkZlib(_ code: Int32, _ operation: String, stream: UnsafeMutablePointer<z_stream>? = nil) throws(PeerSyncError) -> Int32 {
@@ -19,7 +13,7 @@ func checkZlib(_ code: Int32, _ operation: String, stream: UnsafeMutablePointer<
     default:
         var detail = "zlib error \(code)"
         if let msg = stream?.pointee.msg { detail += ": " + String(cString: msg) }
-        let errorCode: PeerSyncError.Code = code == Z_DATA_ERROR ? .blipProtocolError : .internalError
+        let errorCode: PeerSyncError.Code = code == Z_DATA_ERROR ? .protocolError : .internalError
         throw PeerSyncError(errorCode, "\(operation) failed (\(detail))")
     }
 }
@@ -147,7 +141,7 @@ final class Inflater {
             while true {
                 if produced == scratch.count {
                     guard scratch.count < maxOutput else {
-                        throw PeerSyncError(.blipProtocolError, "compressed frame inflates beyond \(maxOutput) bytes")
+                        throw PeerSyncError(.protocolError, "compressed frame inflates beyond \(maxOutput) bytes")
                     }
                     grow(to: min(scratch.count * 2, maxOutput), keeping: produced)
                 }
@@ -158,11 +152,11 @@ final class Inflater {
                 produced = scratch.count - Int(stream.pointee.avail_out)
                 let checked = try checkZlib(result, "inflate", stream: stream)
                 if checked == Z_STREAM_END {
-                    throw PeerSyncError(.blipProtocolError, "deflate stream ended (BLIP streams never finish)")
+                    throw PeerSyncError(.protocolError, "deflate stream ended (BLIP streams never finish)")
                 }
                 if stream.pointee.avail_in == 0 && stream.pointee.avail_out > 0 { break }
                 if checked == Z_BUF_ERROR && stream.pointee.avail_out > 0 {
-                    throw PeerSyncError(.blipProtocolError, "truncated compressed frame")
+                    throw PeerSyncError(.protocolError, "truncated compressed frame")
                 }
             }
         }

@@ -205,7 +205,7 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         serverChannel.inject([0x09, 0x00, 0x00, 0xde, 0xad, 0xbe, 0xef])  // request #9: out of order
         let reason = await server.waitUntilClosed()
         guard case .error(let error) = reason else { Issue.record("expected an error close"); return }
-        #expect(error.code == .blipProtocolError)
+        #expect(error.code == .protocolError)
         await #expect(throws: PeerSyncError.self) { _ = try await pending.value }
         // The server closed the link, so the client saw the stream end.
         #expect(await client.waitUntilClosed() == .normal)

@@ -1,6 +1,5 @@
 import Foundation
 import PeerSyncCore
-import Synchronization
 
 /// The content-addressed blob files of one database: `<db>/blobs/<40 hex digits>.blob`.
 ///
@@ -12,7 +11,7 @@ final class BlobStore: Sendable {
     let directory: URL
     let durable: Bool
     /// Digests that compaction must keep (in this process), with reference counts.
-    private let pins = Mutex<[String: Int]>([:])
+    private let pins = LockedValue<[String: Int]>([:])
 
     init(directory: URL, durable: Bool) {
         self.directory = directory

@@ -5,9 +5,11 @@ import PeerSyncStorage
 /// A named group of documents in a scope (Couchbase Lite's `Collection`).
 ///
 /// Obtain collections from a ``Database``; a `Collection` is a lightweight handle, safe to
-/// share between tasks. Every method runs on the database queue and suspends the caller until
-/// done. Operations on a collection that was deleted throw `.notFound`; on a closed database,
-/// `.closed`.
+/// share between tasks. Each method says whether it is a read (run on one of the database's
+/// reader threads, against a snapshot that includes every write that returned before the
+/// call) or a write (run on the database's writer queue, committed when it returns); see
+/// "Isolation" on ``Database``. Either suspends the caller until done. Operations on a
+/// collection that was deleted throw `.notFound`; on a closed database, `.closed`.
 public final class Collection: Sendable, Hashable, CustomStringConvertible {
     let spec: CollectionSpec
     /// The database the collection belongs to.
@@ -28,6 +30,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     var engine: DocumentEngine { database.engine(spec) }
 
     /// The number of documents, not counting deleted ones.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public var count: Int {
         get async throws {
             let engine = self.engine
@@ -39,6 +43,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The highest sequence assigned in this collection so far (0 if none).
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public var lastSequence: UInt64 {
         get async throws {
             let engine = self.engine
@@ -54,6 +60,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// The current revision of the document, or nil if it does not exist or is deleted.
     /// Throws `.invalidDocumentID` for an ID that ``DocumentID/validate(_:)`` refuses (empty,
     /// over 255 bytes, or holding a control character such as NUL).
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func document(id: String) async throws -> Document? {
         let engine = self.engine
         return try await database.read { try engine.document(id: id, $0) }
@@ -68,6 +76,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     ///
     /// Throws `.invalidDocumentID`, `.invalidArgument` (reserved `_` key, other collection's
     /// document), `.tooLarge` — and then nothing is changed.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func save(document: inout MutableDocument,
                      concurrencyControl: ConcurrencyControl = .lastWriteWins) async throws -> Bool {
@@ -86,7 +96,9 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// `document` was read. The handler gets the document being saved (to edit) and the
     /// current stored revision (nil if it is deleted); returning `true` saves the edited
     /// document on top of the current revision, `false` gives up (the method returns false).
-    /// The handler runs on the database queue inside the write transaction: keep it quick.
+    /// The handler runs on the writer queue inside the write transaction: keep it quick.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func save(document: inout MutableDocument,
                      conflictHandler: @escaping @Sendable (inout MutableDocument, Document?) throws -> Bool) async throws -> Bool {
@@ -104,12 +116,16 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// Deletes a document: its new current revision is a tombstone, which replicates.
     /// Concurrency control as in ``save(document:concurrencyControl:)``; deleting an already
     /// deleted document does nothing. Throws `.notFound` if the document does not exist.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func delete(document: Document, concurrencyControl: ConcurrencyControl = .lastWriteWins) async throws -> Bool {
         try await delete(document: document.toMutable(), concurrencyControl: concurrencyControl)
     }
 
     /// Deletes the document a mutable document was read from or saved as.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func delete(document: MutableDocument, concurrencyControl: ConcurrencyControl = .lastWriteWins) async throws -> Bool {
         let engine = self.engine
@@ -122,12 +138,16 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// Removes a document and its whole history, without a tombstone (nothing replicates).
     /// Listeners are notified. Throws `.notFound` if it does not exist, `.invalidDocumentID`
     /// for an ID that ``DocumentID/validate(_:)`` refuses.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     public func purge(id: String) async throws {
         let engine = self.engine
         try await database.write { try engine.purge(id: id, $0) }
     }
 
     /// Purges the document (see ``purge(id:)``).
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     public func purge(document: Document) async throws {
         try await purge(id: document.id)
     }
@@ -135,6 +155,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// Sets (or with nil, clears) the time at which the document is purged automatically.
     /// Expired documents are purged by a timer while the database is open and when it opens;
     /// listeners are notified. Throws `.notFound` if the document does not exist.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     public func setDocumentExpiration(id: String, expiration: Date?) async throws {
         let engine = self.engine
         let database = self.database
@@ -145,6 +167,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The document's expiration time, or nil if none is set.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func getDocumentExpiration(id: String) async throws -> Date? {
         let engine = self.engine
         return try await database.read { try engine.expiration(id: id, $0) }
@@ -152,12 +176,16 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
 
     /// Live (not deleted) documents in document-ID order (UTF-8 byte order), skipping
     /// `offset` of them and returning at most `limit`.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func allDocuments(limit: Int? = nil, offset: Int = 0) async throws -> [Document] {
         let engine = self.engine
         return try await database.read { try engine.allDocuments(limit: limit, offset: max(0, offset), $0) }
     }
 
     /// IDs of all live documents, in order.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func documentIDs() async throws -> [String] {
         let engine = self.engine
         return try await database.read { try engine.documentIDs($0) }
@@ -166,6 +194,8 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// The changes feed: every document changed after sequence `since`, once each at its
     /// latest sequence, in sequence order, at most `limit` of them. Tombstones are included;
     /// purged documents are not.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func changes(since: UInt64, limit: Int? = nil) async throws -> [ChangeEntry] {
         let engine = self.engine
         return try await database.read { try engine.changes(since: since, limit: limit, $0) }
@@ -187,12 +217,16 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
 
 extension Collection {
     /// The document's whole revision tree, or nil if the document does not exist.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func revisions(of docID: String) async throws -> DocumentRevisions? {
         let engine = self.engine
         return try await database.read { try engine.revisions(of: docID, $0) }
     }
 
     /// The body of one revision, or nil if the revision is unknown or its body was dropped.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func revisionBody(docID: String, revID: RevisionID) async throws -> [String: JSONValue]? {
         let engine = self.engine
         return try await database.read { try engine.revisionBody(id: docID, revisionID: revID, $0) }
@@ -200,6 +234,8 @@ extension Collection {
 
     /// The current revision including tombstones (nil only if the document does not exist).
     /// Throws `.invalidDocumentID` like ``document(id:)``.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func documentIncludingDeleted(id: String) async throws -> Document? {
         let engine = self.engine
         return try await database.read { try engine.documentIncludingDeleted(id: id, $0) }
@@ -213,6 +249,8 @@ extension Collection {
     /// (a push in no-conflicts mode). Inserting a known revision changes nothing.
     /// The body may keep a legacy `_attachments` key; other `_` keys throw `.invalidArgument`.
     /// Blobs the body references must already be stored.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func insertRevision(docID: String, revID: RevisionID, history: [RevisionID],
                                body: [String: JSONValue], deleted: Bool,
@@ -229,6 +267,8 @@ extension Collection {
     /// a conflict. With `mergedBody`, a new revision with that body (a tombstone if
     /// `mergedDeleted`) is added as a child of the winning revision. Returns the document's
     /// new current revision. Throws `.invalidArgument` unless both are distinct leaves.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func resolveConflict(docID: String, winningRevID: RevisionID, losingRevID: RevisionID,
                                 mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {
@@ -242,6 +282,8 @@ extension Collection {
     /// A ``Document`` value for a revision that is not (or not yet) current: a pulled
     /// revision shown to a pull filter, or either side of a conflict shown to a resolver.
     /// Nothing is read or saved; its blobs resolve against this database.
+    ///
+    /// Isolation: no storage access; returns at once.
     public func makeDocument(id: String, revisionID: RevisionID, properties: [String: JSONValue],
                              isDeleted: Bool) -> Document {
         Document(id: id, revisionID: revisionID.description, sequence: 0, isDeleted: isDeleted,
@@ -262,6 +304,8 @@ extension Collection {
     /// conflict flag of the winning branch is cleared. Returns the new current revision.
     /// Throws `.invalidArgument` unless the losing revision is another leaf and the winning
     /// one is a leaf (after reopening) or gets `mergedBody` as a child.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func closeConflict(docID: String, winningRevisionID: RevisionID, losingRevisionID: RevisionID?,
                               mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {
@@ -273,6 +317,8 @@ extension Collection {
     }
 
     /// A local (non-replicated) document of this collection (e.g. a checkpoint), or nil.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func getLocal(id: String) async throws -> LocalDocument? {
         let keyspace = spec.localKeyspace
         let engine = self.engine
@@ -284,6 +330,8 @@ extension Collection {
 
     /// Creates or replaces a local document. With `ifRevision`, throws `.conflict` unless the
     /// stored revision is `ifRevision` (`""` = must not exist yet).
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func putLocal(id: String, json: [String: JSONValue], ifRevision: String? = nil) async throws -> LocalDocument {
         let keyspace = spec.localKeyspace
@@ -297,6 +345,8 @@ extension Collection {
     }
 
     /// Deletes a local document; `.notFound` if missing, `.conflict` if `ifRevision` differs.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     public func deleteLocal(id: String, ifRevision: String? = nil) async throws {
         let keyspace = spec.localKeyspace
         let engine = self.engine
@@ -320,11 +370,15 @@ public final class Scope: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The collections of this scope, sorted by name.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func collections() async throws -> [Collection] {
         try await database.collections(scope: name)
     }
 
     /// The collection `name` of this scope, or nil.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func collection(name: String) async throws -> Collection? {
         try await database.collection(name: name, scope: self.name)
     }

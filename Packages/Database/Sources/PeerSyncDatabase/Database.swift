@@ -2,7 +2,6 @@ import Dispatch
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
-import Synchronization
 
 /// How a ``Database`` is opened (Couchbase Lite's `DatabaseConfiguration`).
 public struct DatabaseConfiguration: Sendable {
@@ -27,10 +26,16 @@ public struct DatabaseConfiguration: Sendable {
     /// How long a write waits for another process's transaction (default 10 s) before
     /// failing with `.busy`.
     public var busyTimeout: Duration
+    /// The most read transactions that run at once (default 4, at least 1); more reads wait
+    /// for one of them to finish. Each runs on a thread of its own (see "Isolation" on
+    /// ``Database``). The default matches the reader connections the SQLite backend keeps
+    /// open.
+    public var maximumReaderCount: Int
 
     public init(directory: String = FileManager.default.currentDirectoryPath, backend: any StorageBackend,
                 maxRevTreeDepth: Int = 20, maxBodySize: Int = 20 * 1024 * 1024, durable: Bool = true,
-                changePollInterval: Duration = .milliseconds(50), busyTimeout: Duration = .seconds(10)) {
+                changePollInterval: Duration = .milliseconds(50), busyTimeout: Duration = .seconds(10),
+                maximumReaderCount: Int = 4) {
         self.directory = directory
         self.backend = backend
         self.maxRevTreeDepth = maxRevTreeDepth
@@ -38,6 +43,7 @@ public struct DatabaseConfiguration: Sendable {
         self.durable = durable
         self.changePollInterval = changePollInterval
         self.busyTimeout = busyTimeout
+        self.maximumReaderCount = maximumReaderCount
     }
 }
 
@@ -52,11 +58,25 @@ public enum MaintenanceType: Sendable, Hashable {
 /// An open database (Couchbase Lite's `Database`): a folder `<name>.peersync/` holding the
 /// storage backend's files and `blobs/`, with scopes and collections of JSON documents.
 ///
-/// Threading: every storage operation runs on the database's own serial queue; the `async`
-/// methods suspend the caller until it is done and never block Swift's cooperative pool.
-/// The database may be used from any task. Several processes (or several `Database`
-/// instances) may open the same folder at once when the backend supports it (SQLite, LMDB);
-/// each sees the others' commits and gets change notifications for them.
+/// Isolation — one writer, concurrent readers (GRDB's `DatabasePool`). The database may be
+/// used from any task; its `async` methods suspend the caller and never block Swift's
+/// cooperative pool, because every storage call runs on threads the database owns:
+/// - **Writes** (saves, deletes, purges, ``inBatch(_:)``, revision inserts, collection
+///   changes, local-document puts, ``compact()``, expiration sweeps and change polls) run one
+///   at a time, in the order they were submitted, on the database's **writer queue**. A write
+///   has committed, and listeners have been handed its changes, when its method returns.
+/// - **Reads** (document and revision reads, enumerations, the changes feed, counts,
+///   ``inReadBatch(_:)``, ``checkIntegrity()``) run on a pool of up to
+///   ``DatabaseConfiguration/maximumReaderCount`` reader threads, concurrently with each
+///   other and with the writer. Each read sees one **snapshot** of the committed database,
+///   taken when it starts: it includes every write whose method returned before the read was
+///   called, never a write still in progress, and never blocks the writer nor waits for it.
+///   Two reads issued concurrently with a write may each see it or not.
+/// - Methods documented as "no storage access" (e.g. ``defaultCollection()``) return at once.
+///
+/// Several processes (or several `Database` instances) may open the same folder at once when
+/// the backend supports it (SQLite, LMDB); each sees the others' commits and gets change
+/// notifications for them. Writes are serialized across them by the storage.
 ///
 /// Cancelling a task that awaits a database operation does not interrupt it: once submitted,
 /// an operation runs to completion (or rolls back on error).
@@ -72,19 +92,26 @@ public final class Database: Sendable, CustomStringConvertible {
     /// The configuration it was opened with.
     public let config: DatabaseConfiguration
 
-    /// Runs every storage operation, in order.
-    let queue: DispatchQueue
+    /// Runs every write transaction, one at a time in submission order, and everything that
+    /// must not race one: the timer's change polls and expiration sweeps, ``compact()``,
+    /// ``close()``. See "Isolation" above.
+    let writerQueue: DispatchQueue
+    /// Runs read transactions, several at once.
+    let readers: ReaderPool
+    /// Reads submitted and not finished yet: entered (under `state`'s lock, while the storage
+    /// is open) when a read is submitted, left when it has finished. ``close()`` waits for it.
+    let readsInFlight = DispatchGroup()
     /// Runs listener callbacks that were registered without a queue of their own.
     let notificationQueue: DispatchQueue
     let blobStore: BlobStore
     let notifier: ChangeNotifier
-    let state: Mutex<OpenState>
-    /// State only touched on `queue`.
+    let state: LockedValue<OpenState>
+    /// State only touched on `writerQueue`.
     private let housekeeping = QueueConfined(Housekeeping())
 
-    struct OpenState: @unchecked Sendable {
-        // @unchecked: `DispatchSourceTimer` is not declared Sendable; the timer is only
-        // created, scheduled and cancelled while holding the `state` mutex or on `queue`.
+    struct OpenState {
+        // The timer (not `Sendable`) is only created, scheduled and cancelled while holding
+        // `state`'s lock or on `writerQueue`.
         var storage: (any Storage)?
         var timer: (any DispatchSourceTimer)?
         /// Set when ``close()`` begins: no new ``ActiveStoppable`` may register.
@@ -126,7 +153,7 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 
     private init(opening path: String, name: String, config: DatabaseConfiguration) async throws {
-        let queue = DispatchQueue(label: "peersync.database.\(name)")
+        let queue = DispatchQueue(label: "peersync.database.\(name).writer")
         let blobStore = BlobStore(directory: URL(fileURLWithPath: path, isDirectory: true)
             .appendingPathComponent("blobs", isDirectory: true), durable: config.durable)
         let storage: any Storage = try await withCheckedThrowingContinuation { continuation in
@@ -145,13 +172,14 @@ public final class Database: Sendable, CustomStringConvertible {
         self.name = name
         self.path = path
         self.config = config
-        self.queue = queue
+        self.writerQueue = queue
+        self.readers = ReaderPool(label: "peersync.database.\(name).readers", width: config.maximumReaderCount)
         self.notificationQueue = DispatchQueue(label: "peersync.database.\(name).notifications")
         self.blobStore = blobStore
         self.notifier = ChangeNotifier()
-        self.state = Mutex(OpenState(storage: storage))
+        self.state = LockedValue(OpenState(storage: storage))
         do {
-            try await onQueue { storage in try self.bootstrap(storage) }
+            try await onWriterQueue { storage in try self.bootstrap(storage) }
         } catch {
             try? await close()
             throw error
@@ -163,7 +191,8 @@ public final class Database: Sendable, CustomStringConvertible {
     deinit {
         let (storage, timer) = state.withLock { ($0.storage, $0.timer) }
         timer?.cancel()
-        if let storage { queue.async { try? storage.close() } }
+        // No read is in flight: every submitted read holds a reference to the database.
+        if let storage { writerQueue.async { try? storage.close() } }
     }
 
     /// Creates the metadata and the default collection on first open, then purges documents
@@ -195,7 +224,7 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 
     private func startTimer() {
-        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let timer = DispatchSource.makeTimerSource(queue: writerQueue)
         let (seconds, attoseconds) = config.changePollInterval.components
         let nanos = max(1_000_000, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
         timer.schedule(deadline: .now() + .nanoseconds(nanos), repeating: .nanoseconds(nanos),
@@ -211,51 +240,7 @@ public final class Database: Sendable, CustomStringConvertible {
 
     public var description: String { "Database(\(name) at \(path))" }
 
-    // MARK: Running work on the queue
-
-    private func openStorage() throws(PeerSyncError) -> any Storage {
-        guard let storage = state.withLock({ $0.storage }) else {
-            throw PeerSyncError(.closed, "database is closed", context: ["database": name])
-        }
-        return storage
-    }
-
-    /// Whether the database is open.
-    public var isOpen: Bool { state.withLock { $0.storage != nil } }
-
-    /// Runs `work` on the database queue with the open storage.
-    func onQueue<R: Sendable>(_ work: @escaping @Sendable (any Storage) throws -> R) async throws -> R {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result { try work(try self.openStorage()) })
-            }
-        }
-    }
-
-    /// Runs `body` in a read transaction on the database queue.
-    func read<R: Sendable>(_ body: @escaping @Sendable (any StorageReader) throws -> R) async throws -> R {
-        try await onQueue { storage in try storage.read(body) }
-    }
-
-    /// Runs `body` in a write transaction on the database queue, then delivers change
-    /// notifications for what was committed.
-    func write<R: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> R) async throws -> R {
-        try await onQueue { storage in
-            let result = try storage.write(body)
-            self.notifier.poll(storage, database: self)
-            return result
-        }
-    }
-
-    /// Polls for changes soon (e.g. after a listener was added).
-    func schedulePoll() {
-        queue.async { [weak self] in
-            guard let self, let storage = try? self.openStorage() else { return }
-            self.notifier.poll(storage, database: self)
-        }
-    }
-
-    /// Timer tick on `queue`: deliver changes made elsewhere, purge expired documents.
+    /// Timer tick on `writerQueue`: deliver changes made elsewhere, purge expired documents.
     private func tick() {
         guard let storage = try? openStorage() else { return }
         notifier.poll(storage, database: self)
@@ -319,7 +304,7 @@ public final class Database: Sendable, CustomStringConvertible {
         try refreshNextExpiration(storage, now: now)
     }
 
-    /// Called on the queue after an expiration was set in this process.
+    /// Called on `writerQueue` after an expiration was set in this process.
     func noteExpiration(_ date: Date?) {
         guard let date else { return }
         housekeeping.modify { h in
@@ -333,24 +318,32 @@ public final class Database: Sendable, CustomStringConvertible {
     /// listeners using it (everything registered with ``addActiveStoppable(_:stop:)``) and
     /// waits until they have stopped — a replicator stopped this way ends `.stopped` without an
     /// error; from then on none can start on it (`.closed`). Then it finishes change streams,
-    /// stops timers and closes the storage. Later calls on the database or its collections
-    /// throw `.closed`. Idempotent; a concurrent second call also waits for the users to stop.
+    /// stops timers, waits for the reads and writes submitted before it (they complete
+    /// normally) and closes the storage. Reads and writes submitted once it has begun closing
+    /// the storage, and every later call on the database or its collections, throw `.closed`.
+    /// Idempotent; a concurrent second call also waits for the users to stop, then for the
+    /// first call's close of the storage.
+    ///
+    /// Isolation: runs on the writer queue after the writes submitted before it.
     public func close() async throws {
         await stopActiveStoppables()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            queue.async {
+            writerQueue.async {
                 let (storage, timer) = self.state.withLock { state in
                     defer { state.storage = nil; state.timer = nil }
                     return (state.storage, state.timer)
                 }
                 timer?.cancel()
                 self.notifier.finishAll()
+                // No read can start any more (the storage is gone from `state`); those in
+                // flight finish on their snapshots first. They never need this queue.
+                self.readsInFlight.wait()
                 continuation.resume(with: Result { try storage?.close() })
             }
         }
     }
 
-    /// Closes the database and deletes its folder with everything in it.
+    /// Closes the database (see ``close()``) and deletes its folder with everything in it.
     public func delete() async throws {
         try await close()
         try await Database.removeFolder(path)
@@ -407,13 +400,19 @@ public final class Database: Sendable, CustomStringConvertible {
         Collection(spec: spec, database: self)
     }
 
-    /// The default collection `_default._default`, which always exists.
+    /// The default collection `_default._default`, which always exists. Throws `.closed` on
+    /// a closed database.
+    ///
+    /// Isolation: no storage access; returns at once.
     public func defaultCollection() throws -> Collection {
         _ = try openStorage()
         return makeCollection(.default)
     }
 
-    /// The default scope `_default`, which always exists.
+    /// The default scope `_default`, which always exists. Throws `.closed` on a closed
+    /// database.
+    ///
+    /// Isolation: no storage access; returns at once.
     public func defaultScope() throws -> Scope {
         _ = try openStorage()
         return Scope(name: CollectionSpec.defaultName, database: self)
@@ -421,6 +420,8 @@ public final class Database: Sendable, CustomStringConvertible {
 
     /// The collection `name` in `scope` (default `_default`), or nil if it does not exist.
     /// Throws `.invalidArgument` for invalid names.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func collection(name: String, scope: String? = nil) async throws -> Collection? {
         let spec = try Database.spec(name: name, scope: scope)
         let exists = try await read { reader in try reader.get(spec.metaKey, in: Meta.keyspace) != nil }
@@ -428,6 +429,8 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 
     /// Creates the collection (and its scope) if needed and returns it.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
     @discardableResult
     public func createCollection(name: String, scope: String? = nil) async throws -> Collection {
         let spec = try Database.spec(name: name, scope: scope)
@@ -440,6 +443,8 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 
     /// The collections of `scope` (default `_default`), sorted by name.
+    ///
+    /// Isolation: a read.
     public func collections(scope: String? = nil) async throws -> [Collection] {
         let scopeName = scope ?? CollectionSpec.defaultName
         try Names.validate(scopeName, kind: "scope")
@@ -448,6 +453,8 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 
     /// Every scope that has at least one collection (always including `_default`), sorted.
+    ///
+    /// Isolation: a read.
     public func scopes() async throws -> [Scope] {
         let specs = try await read { try Database.collectionSpecs($0) }
         let names = Set(specs.map(\.scope)).union([CollectionSpec.defaultName]).sorted()
@@ -455,6 +462,8 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 
     /// The scope `name` if it has collections (`_default` always exists), else nil.
+    ///
+    /// Isolation: a read.
     public func scope(name: String) async throws -> Scope? {
         try Names.validate(name, kind: "scope")
         if name == CollectionSpec.defaultName { return Scope(name: name, database: self) }
@@ -464,6 +473,8 @@ public final class Database: Sendable, CustomStringConvertible {
 
     /// Deletes a collection with all its documents. The default collection cannot be deleted
     /// (`.invalidArgument`); a missing one throws `.notFound`.
+    ///
+    /// Isolation: a write.
     public func deleteCollection(name: String, scope: String? = nil) async throws {
         let spec = try Database.spec(name: name, scope: scope)
         guard spec != .default else {
@@ -489,7 +500,11 @@ public final class Database: Sendable, CustomStringConvertible {
     /// Runs `body` in one storage write transaction: the synchronous operations of the
     /// ``DatabaseTransaction`` it receives are committed together when it returns, or all
     /// rolled back when it throws (the error is rethrown). Listeners are notified once, after
-    /// the commit. `body` runs on the database queue: keep it short and do not await in it.
+    /// the commit.
+    ///
+    /// Isolation: a write — `body` runs on the writer queue, so every other write waits for
+    /// it: keep it short and do not await in it. Reads running meanwhile do not see its
+    /// changes; reads issued after it returned do.
     public func inBatch<R: Sendable>(_ body: sending @escaping (DatabaseTransaction) throws -> R) async throws -> R {
         let box = UncheckedBox(body)
         return try await write { writer in
@@ -503,6 +518,8 @@ public final class Database: Sendable, CustomStringConvertible {
 
     /// Stores a blob's content in the database (streamed in chunks, stored once per digest).
     /// A blob that no document references is deleted by the next ``compact()``.
+    ///
+    /// Isolation: file I/O on the blob I/O threads, not ordered with reads or writes.
     public func saveBlob(_ blob: Blob) async throws {
         _ = try openStorage()
         let store = blobStore
@@ -512,6 +529,8 @@ public final class Database: Sendable, CustomStringConvertible {
     /// The stored blob referenced by `properties` (a `{"@type":"blob","digest":…}`
     /// dictionary), or nil if its content is not in this database. Throws `.invalidArgument`
     /// when `properties` are not a blob reference.
+    ///
+    /// Isolation: file I/O on the blob I/O threads, not ordered with reads or writes.
     public func getBlob(properties: [String: JSONValue]) async throws -> Blob? {
         _ = try openStorage()
         guard let reference = Blob(stored: properties, store: blobStore) else {
@@ -528,6 +547,8 @@ public final class Database: Sendable, CustomStringConvertible {
     /// peer). The blob it produces stays in the store, even if unreferenced, while the
     /// returned ``Blob`` object is alive (so a compaction cannot remove it before the
     /// revision that references it is inserted).
+    ///
+    /// Isolation: file I/O on the blob I/O threads, not ordered with reads or writes.
     public func openBlobWriter() async throws -> BlobWriter {
         _ = try openStorage()
         let store = blobStore
@@ -537,12 +558,16 @@ public final class Database: Sendable, CustomStringConvertible {
     // MARK: Local documents
 
     /// A database-wide local (non-replicated) document, or nil.
+    ///
+    /// Isolation: a read.
     public func getLocal(id: String) async throws -> LocalDocument? {
         try await read { try LocalStore(keyspace: Meta.localKeyspace).get(id: id, $0) }
     }
 
     /// Creates or replaces a local document. With `ifRevision`, throws `.conflict` unless the
     /// stored revision is `ifRevision` (`""` = must not exist yet).
+    ///
+    /// Isolation: a write.
     @discardableResult
     public func putLocal(id: String, json: [String: JSONValue], ifRevision: String? = nil) async throws -> LocalDocument {
         let max = config.maxBodySize
@@ -550,13 +575,15 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 
     /// Deletes a local document; `.notFound` if missing, `.conflict` if `ifRevision` differs.
+    ///
+    /// Isolation: a write.
     public func deleteLocal(id: String, ifRevision: String? = nil) async throws {
         try await write { try LocalStore(keyspace: Meta.localKeyspace).delete(id: id, ifRevision: ifRevision, $0) }
     }
 
     // MARK: Maintenance
 
-    /// Runs a maintenance operation.
+    /// Runs a maintenance operation: ``compact()`` (a write) or ``checkIntegrity()`` (a read).
     public func performMaintenance(_ type: MaintenanceType) async throws {
         switch type {
         case .compact:
@@ -572,11 +599,13 @@ public final class Database: Sendable, CustomStringConvertible {
 
     /// Deletes every stored blob that no kept revision body of any document references
     /// (except blobs pinned by a live ``Blob`` from ``openBlobWriter()``), and temporary blob
-    /// files older than an hour. Runs on the database queue, so it cannot race this
-    /// database's own saves.
+    /// files older than an hour.
+    ///
+    /// Isolation: runs on the writer queue (like a write), so it cannot race this database's
+    /// own saves; writes wait for it.
     public func compact() async throws {
         let store = blobStore
-        try await onQueue { storage in
+        try await onWriterQueue { storage in
             let referenced = try storage.read { reader in try self.referencedBlobDigests(reader) }
             var removed = 0
             for digest in try store.allDigests() where !referenced.contains(digest) && !store.isPinned(digest) {
@@ -612,8 +641,8 @@ public final class Database: Sendable, CustomStringConvertible {
     }
 }
 
-/// A value only ever touched on one serial queue (the database's): `@unchecked Sendable`
-/// because that queue, not a lock, serializes every access.
+/// A value only ever touched on one serial queue (the database's writer queue): `@unchecked
+/// Sendable` because that queue, not a lock, serializes every access.
 final class QueueConfined<Value>: @unchecked Sendable {
     private var storedValue: Value
     init(_ value: Value) { storedValue = value }

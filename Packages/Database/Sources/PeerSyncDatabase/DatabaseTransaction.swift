@@ -7,7 +7,7 @@ import PeerSyncStorage
 /// back when it throws. Reads see the batch's own changes.
 ///
 /// Valid only during the closure it is passed to; afterwards every method throws `.closed`.
-/// Not `Sendable`: use it only on the thread that runs the closure.
+/// Not `Sendable`: use it only on the thread that runs the closure (the writer queue's).
 public final class DatabaseTransaction {
     private let writer: any StorageWriter
     private let database: Database

@@ -84,6 +84,14 @@ extension DocumentProperties {
     /// Decodes the properties into a `Decodable` type. Dates are read as ISO-8601 strings.
     /// Throws the decoder's error when the properties do not match `type`.
     public func decode<T: Decodable>(as type: T.Type = T.self) throws -> T {
+        try DocumentDecoding.decode(type, from: JSONValue.object(properties).canonicalData)
+    }
+}
+
+/// How document properties decode into `Decodable` types.
+enum DocumentDecoding {
+    /// Decodes JSON `bytes` (a document body) into `type`, reading dates as ISO-8601 strings.
+    static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
@@ -93,7 +101,7 @@ extension DocumentProperties {
             }
             return date
         }
-        return try decoder.decode(T.self, from: Data(JSONValue.object(properties).canonicalData))
+        return try decoder.decode(T.self, from: Data(bytes))
     }
 }
 
@@ -123,6 +131,11 @@ enum ISO8601 {
 ///
 /// A value type: safe to pass between tasks. Obtain one with ``Collection/document(id:)``;
 /// edit it through ``toMutable()``.
+///
+/// A document read from the database holds its body as the stored canonical JSON and parses
+/// it on the first use of ``properties`` (or of a getter built on it), from whichever task
+/// gets there first, and keeps the result; ``toJSON()`` and ``decode(as:)`` work from the stored bytes
+/// without building ``properties`` at all.
 public struct Document: DocumentProperties, Sendable, Equatable, CustomStringConvertible {
     /// The document ID.
     public let id: String
@@ -136,21 +149,71 @@ public struct Document: DocumentProperties, Sendable, Equatable, CustomStringCon
     public let collectionName: String
     /// The name of the scope of that collection.
     public let scopeName: String
-    /// The properties of this revision.
-    public let properties: [String: JSONValue]
+    /// The properties of this revision. For a document read from the database they are
+    /// parsed from the stored bytes on first access (see above); a stored body damaged so
+    /// that it does not parse reads as empty and is logged (``Database/checkIntegrity()``
+    /// reports it).
+    public var properties: [String: JSONValue] {
+        switch content {
+        case .parsed(let properties): return properties
+        case .stored(let body): return body.properties
+        }
+    }
+    private let content: Content
     /// The blob store the document's blobs live in (nil for a document not from a database).
     let blobStore: BlobStore?
 
+    /// The body: properties given by the caller, or the stored bytes parsed when first used.
+    private enum Content: Sendable {
+        case parsed([String: JSONValue])
+        case stored(StoredBody)
+    }
+
     init(id: String, revisionID: String?, sequence: UInt64, isDeleted: Bool, collectionName: String,
          scopeName: String, properties: [String: JSONValue], blobStore: BlobStore?) {
+        self.init(id: id, revisionID: revisionID, sequence: sequence, isDeleted: isDeleted, collectionName: collectionName,
+                  scopeName: scopeName, content: .parsed(properties), blobStore: blobStore)
+    }
+
+    /// A document whose body is `storedBody`, parsed when first used.
+    init(id: String, revisionID: String?, sequence: UInt64, isDeleted: Bool, collectionName: String,
+         scopeName: String, storedBody: StoredBody, blobStore: BlobStore?) {
+        self.init(id: id, revisionID: revisionID, sequence: sequence, isDeleted: isDeleted, collectionName: collectionName,
+                  scopeName: scopeName, content: .stored(storedBody), blobStore: blobStore)
+    }
+
+    private init(id: String, revisionID: String?, sequence: UInt64, isDeleted: Bool, collectionName: String,
+                 scopeName: String, content: Content, blobStore: BlobStore?) {
         self.id = id
         self.revisionID = revisionID
         self.sequence = sequence
         self.isDeleted = isDeleted
         self.collectionName = collectionName
         self.scopeName = scopeName
-        self.properties = properties
+        self.content = content
         self.blobStore = blobStore
+    }
+
+    /// The stored body, when the document was read from the database (parsed or not yet).
+    var storedBody: StoredBody? {
+        if case .stored(let body) = content { return body }
+        return nil
+    }
+
+    /// The properties as canonical JSON text (sorted keys, no whitespace): for a document read
+    /// from the database, the stored bytes as they are, without parsing them.
+    public func toJSON() -> String {
+        guard let body = storedBody else { return JSONValue.object(properties).canonicalString }
+        return String(decoding: body.data, as: UTF8.self)
+    }
+
+    /// Decodes the properties into a `Decodable` type (dates read as ISO-8601 strings), like
+    /// ``DocumentProperties/decode(as:)``; for a document read from the database, straight
+    /// from the stored bytes, without building ``properties``. Throws the decoder's error
+    /// when the properties do not match `type`.
+    public func decode<T: Decodable>(as type: T.Type = T.self) throws -> T {
+        guard let body = storedBody else { return try DocumentDecoding.decode(type, from: JSONValue.object(properties).canonicalData) }
+        return try DocumentDecoding.decode(type, from: body.data)
     }
 
     /// The collection's full name, `<scope>.<collection>`.
@@ -177,10 +240,15 @@ public struct Document: DocumentProperties, Sendable, Equatable, CustomStringCon
         "Document(\(collectionFullName)/\(id) rev \(revisionID ?? "-")\(isDeleted ? " deleted" : ""))"
     }
 
+    /// Equal metadata and equal properties. Two documents read from the database compare
+    /// their stored bytes first (equal canonical JSON is equal properties), and parse only
+    /// when the bytes differ.
     public static func == (lhs: Document, rhs: Document) -> Bool {
-        lhs.id == rhs.id && lhs.revisionID == rhs.revisionID && lhs.sequence == rhs.sequence
+        guard lhs.id == rhs.id && lhs.revisionID == rhs.revisionID && lhs.sequence == rhs.sequence
             && lhs.isDeleted == rhs.isDeleted && lhs.collectionName == rhs.collectionName
-            && lhs.scopeName == rhs.scopeName && lhs.properties == rhs.properties
+            && lhs.scopeName == rhs.scopeName else { return false }
+        if let left = lhs.storedBody, let right = rhs.storedBody, left === right || left.data == right.data { return true }
+        return lhs.properties == rhs.properties
     }
 }
 

@@ -57,19 +57,35 @@ struct DocumentEngine {
         return object
     }
 
+    /// The document of a record, its body left unparsed (see ``StoredBody``). Throws
+    /// `.corrupt` when the stored body does not even look like a JSON object.
     func makeDocument(_ record: Record) throws(PeerSyncError) -> Document {
-        Document(id: record.key, revisionID: String(decoding: record.version, as: UTF8.self),
-                 sequence: record.sequence, isDeleted: record.flags.contains(.deleted),
-                 collectionName: spec.name, scopeName: spec.scope,
-                 properties: try parseBody(record.body, docID: record.key), blobStore: blobStore)
+        guard StoredBody.looksLikeObject(record.body) else {
+            throw PeerSyncError(.corrupt, "stored document body is not a JSON object", context: ["docID": record.key]).with(spec)
+        }
+        return Document(id: record.key, revisionID: String(decoding: record.version, as: UTF8.self),
+                        sequence: record.sequence, isDeleted: record.flags.contains(.deleted),
+                        collectionName: spec.name, scopeName: spec.scope,
+                        storedBody: StoredBody(data: record.body, docID: record.key, collection: spec.fullName),
+                        blobStore: blobStore)
+    }
+
+    /// The record of document `id`, or nil; throws `.notFound` if the collection does not
+    /// exist. A stored document proves its collection exists (deleting a collection drops its
+    /// documents in the same transaction), so the collection is only looked up on a miss, to
+    /// tell "no such document" from "no such collection": one storage read per hit.
+    func documentRecord(_ id: String, _ reader: any StorageReader) throws -> Record? {
+        guard let record = try reader.get(id, in: spec.documentsKeyspace) else {
+            try requireCollection(reader)
+            return nil
+        }
+        return record
     }
 
     /// The current revision, including tombstones.
     func documentIncludingDeleted(id: String, _ reader: any StorageReader) throws -> Document? {
-        try requireCollection(reader)
         try validateID(id)
-        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
-        return try makeDocument(record)
+        return try documentRecord(id, reader).map { record throws(PeerSyncError) in try makeDocument(record) }
     }
 
     /// The current revision, or nil if the document does not exist or is deleted.
@@ -161,7 +177,7 @@ struct DocumentEngine {
             base = current
         }
 
-        let hasAttachments = DocumentEngine.referencesBlobs(.object(properties))
+        let hasAttachments = DocumentEngine.referencesBlobs(properties, canonical: body)
         if !deleting { try installPendingBlobs(doc) }
         let index = tree.addLocal(parent: base, body: body, deleted: deleting, hasAttachments: hasAttachments)
         let revID = tree[index].revID
@@ -353,6 +369,13 @@ struct DocumentEngine {
     }
 
     // MARK: Blob references
+
+    /// Whether a body about to be stored references blobs: the tree walk of
+    /// ``referencesBlobs(_:)`` runs only when a byte search of its canonical JSON finds a
+    /// `"digest"` key (see ``mayReferenceBlobs(_:)``), which most bodies have not.
+    static func referencesBlobs(_ properties: [String: JSONValue], canonical: [UInt8]) -> Bool {
+        mayReferenceBlobs(canonical) && referencesBlobs(.object(properties))
+    }
 
     /// Whether a body references blobs (`@type: blob` dictionaries or legacy `_attachments`).
     static func referencesBlobs(_ value: JSONValue) -> Bool {

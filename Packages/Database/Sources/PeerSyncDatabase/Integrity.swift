@@ -10,8 +10,10 @@ extension Database {
     /// is stored; the expiration index is consistent; plus the storage engine's own check
     /// when it offers one (``StorageIntegrityChecking`` on the storage, else
     /// ``StorageBackendIntegrityChecking`` on the backend), its lines prefixed `storage: `.
+    ///
+    /// Isolation: a read — the records are checked in one snapshot, on a reader thread.
     public func checkIntegrity() async throws -> [String] {
-        try await onQueue { storage in
+        try await onReader { storage in
             var problems = try storage.read { reader in try self.checkRecords(reader) }
             if let checking = storage as? any StorageIntegrityChecking {
                 problems += try checking.checkIntegrity().map { "storage: \($0)" }

@@ -1,7 +1,6 @@
 import Dispatch
 import PeerSyncCore
 import PeerSyncStorage
-import Synchronization
 
 /// Documents of one collection that changed in one commit (or, for changes made by another
 /// process, in the commits seen by one poll). Purged and expired documents are included.
@@ -62,8 +61,8 @@ final class ChangeNotifier: Sendable {
         var purges: UInt64
     }
 
-    private let registry = Mutex(Registry())
-    /// Last sequences delivered per watched collection; only touched on the database queue.
+    private let registry = LockedValue(Registry())
+    /// Last sequences delivered per watched collection; only touched on the writer queue.
     private let seen = QueueConfined([CollectionSpec: Seen]())
 
     /// Registers a listener; on a closed database it is finished at once (a stream ends).
@@ -100,7 +99,7 @@ final class ChangeNotifier: Sendable {
         for listener in all { listener.finish?() }
     }
 
-    /// Delivers changes committed since the last poll. Must run on the database queue.
+    /// Delivers changes committed since the last poll. Must run on the writer queue.
     func poll(_ storage: any Storage, database: Database) {
         let listeners = registry.withLock { Array($0.listeners.values) }
         let watched = Set(listeners.map(\.spec))
@@ -165,6 +164,11 @@ extension Collection {
     /// database open (noticed within ``DatabaseConfiguration/changePollInterval``). Purges and
     /// expirations count as changes. Callbacks run on `queue`, or in order on the database's
     /// notification queue. Changes committed after this call returns are delivered.
+    ///
+    /// Isolation: registers at once, without storage access. Changes are detected on the
+    /// writer queue — right after each write of this database commits (before that write's
+    /// method returns), and on each poll for other processes' commits — and the callbacks are
+    /// then queued on `queue`, so a callback may run after the write's method returned.
     @discardableResult
     public func addChangeListener(queue: DispatchQueue? = nil,
                                   _ listener: @escaping @Sendable (CollectionChange) -> Void) -> ListenerToken {

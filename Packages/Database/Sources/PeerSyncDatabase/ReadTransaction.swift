@@ -72,8 +72,7 @@ extension DocumentEngine {
     /// revision is unknown or its body was dropped.
     func revisionsAndBody(of id: String, revisionID: RevisionID?, _ reader: any StorageReader) throws
         -> (DocumentRevisions, RevisionBodyData?)? {
-        try requireCollection(reader)
-        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
+        guard let record = try documentRecord(id, reader) else { return nil }
         let tree = try loadTree(record)
         guard let revisions = DocumentEngine.documentRevisions(tree, docID: id, sequence: record.sequence) else { return nil }
         var body: RevisionBodyData?
@@ -94,10 +93,10 @@ extension DocumentEngine {
 
 /// The synchronous read operations available inside ``Database/inReadBatch(_:)``: they all
 /// run in ONE storage read transaction (a consistent snapshot; nothing can be written).
-/// Use it to read many documents with one trip to the database queue.
+/// Use it to read many documents with one trip to a reader thread.
 ///
 /// Valid only during the closure it is passed to; afterwards every method throws `.closed`.
-/// Not `Sendable`: use it only on the thread that runs the closure (the database queue).
+/// Not `Sendable`: use it only on the thread that runs the closure (a reader thread).
 public final class DatabaseReadTransaction {
     private let reader: any StorageReader
     private let database: Database
@@ -157,8 +156,12 @@ public final class DatabaseReadTransaction {
 extension Database {
     /// Runs `body` in one storage READ transaction (a snapshot; unlike ``inBatch(_:)`` no
     /// write transaction is opened, nothing is committed and listeners are not polled).
-    /// `body` runs on the database queue: keep it short and do not await in it. Errors it
-    /// throws are rethrown.
+    /// Errors it throws are rethrown.
+    ///
+    /// Isolation: a read — `body` runs on one of the database's reader threads, concurrently
+    /// with other reads and with the writer, against a snapshot that includes every write
+    /// that returned before this call. It holds a reader thread (and, on LMDB, an old
+    /// snapshot's pages) while it runs: keep it short and do not await in it.
     public func inReadBatch<R: Sendable>(_ body: sending @escaping (DatabaseReadTransaction) throws -> R) async throws -> R {
         let box = UncheckedBox(body)
         return try await read { reader in
@@ -172,6 +175,8 @@ extension Database {
 extension Collection {
     /// The stored body of one revision as canonical JSON bytes, not parsed (nil if the
     /// revision is unknown or its body was dropped). See ``RevisionBodyData``.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
     public func revisionBodyData(docID: String, revID: RevisionID) async throws -> RevisionBodyData? {
         let engine = self.engine
         return try await database.read { try engine.revisionBodyData(id: docID, revisionID: revID, $0) }

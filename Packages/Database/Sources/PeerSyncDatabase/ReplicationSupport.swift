@@ -84,8 +84,7 @@ public struct LocalDocument: Sendable, Hashable {
 
 extension DocumentEngine {
     func revisions(of id: String, _ reader: any StorageReader) throws -> DocumentRevisions? {
-        try requireCollection(reader)
-        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
+        guard let record = try documentRecord(id, reader) else { return nil }
         return DocumentEngine.documentRevisions(try loadTree(record), docID: id, sequence: record.sequence)
     }
 
@@ -103,8 +102,7 @@ extension DocumentEngine {
     }
 
     func revisionBody(id: String, revisionID: RevisionID, _ reader: any StorageReader) throws -> [String: JSONValue]? {
-        try requireCollection(reader)
-        guard let record = try reader.get(id, in: spec.documentsKeyspace) else { return nil }
+        guard let record = try documentRecord(id, reader) else { return nil }
         let tree = try loadTree(record)
         guard let index = tree.index(of: revisionID), let body = tree[index].body else { return nil }
         return try parseBody(body, docID: id)
@@ -133,8 +131,7 @@ extension DocumentEngine {
         let insertion: RevTree.HistoryInsertion
         do {
             insertion = try tree.insertHistory(revID: revisionID, history: history, body: canonical, deleted: deleted,
-                                               hasAttachments: DocumentEngine.mayReferenceBlobs(canonical)
-                                                   && DocumentEngine.referencesBlobs(.object(body)),
+                                               hasAttachments: DocumentEngine.referencesBlobs(body, canonical: canonical),
                                                allowConflict: allowConflict, markConflict: true)
         } catch {
             throw error.with("docID", id).with(spec)
@@ -175,7 +172,7 @@ extension DocumentEngine {
         }
         var result = winning
         if let mergedCanonical {
-            let hasAttachments = !mergedDeleted && DocumentEngine.referencesBlobs(.object(mergedBody ?? [:]))
+            let hasAttachments = DocumentEngine.referencesBlobs(mergedBody ?? [:], canonical: mergedCanonical)
             let index = tree.addLocal(parent: winnerIndex, body: mergedCanonical, deleted: mergedDeleted,
                                       hasAttachments: hasAttachments)
             result = tree[index].revID
@@ -220,7 +217,7 @@ extension DocumentEngine {
         tree.markBranchNotConflict(winnerIndex)
         if let mergedBody {
             let canonical = try validatedBody(mergedDeleted ? [:] : mergedBody, docID: id)
-            let hasAttachments = !mergedDeleted && DocumentEngine.referencesBlobs(.object(mergedBody))
+            let hasAttachments = DocumentEngine.referencesBlobs(mergedBody, canonical: canonical)
             tree.addLocal(parent: winnerIndex, body: canonical, deleted: mergedDeleted, hasAttachments: hasAttachments)
         }
         try writeTree(&tree, docID: id, writer)

@@ -508,7 +508,7 @@ import Testing
             try await db.performMaintenance(.integrityCheck)
 
             // Damage records behind the database's back.
-            try await db.onQueue { storage in
+            try await db.onWriterQueue { storage in
                 try storage.write { writer in
                     try writer.put(Record(key: "broken", version: Array("1-aa".utf8), body: Array("{}".utf8), extra: [1, 2, 3]),
                                    in: CollectionSpec.default.documentsKeyspace)

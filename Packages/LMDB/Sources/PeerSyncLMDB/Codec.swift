@@ -1,4 +1,3 @@
-internal import CLMDB
 import PeerSyncCore
 import PeerSyncStorage
 
@@ -36,29 +35,19 @@ final class ScratchBuffer {
     deinit { base.deallocate() }
 
     /// Writes `prefix` (big-endian) then `text`'s UTF-8; nil if longer than `limit` bytes.
+    /// The bytes returned are valid until the next write into this buffer.
     @inline(__always)
-    func write(prefix: UInt32, text: String, limit: Int) -> MDB_val? {
+    func write(prefix: UInt32, text: String, limit: Int) -> UnsafeRawBufferPointer? {
         base.storeBytes(of: prefix.bigEndian, as: UInt32.self)
         let count = text.utf8.count
         guard count + 4 <= min(limit, capacity) else { return nil }
-        let dest = base + 4
-        let copied = text.utf8.withContiguousStorageIfAvailable { src -> Bool in
-            if let s = src.baseAddress { dest.copyMemory(from: s, byteCount: src.count) }
-            return true
-        } ?? false
-        if !copied {
-            var i = 0
-            for byte in text.utf8 {
-                dest.storeBytes(of: byte, toByteOffset: i, as: UInt8.self)
-                i += 1
-            }
-        }
-        return MDB_val(mv_size: count + 4, mv_data: base)
+        copyUTF8(text, to: base + 4)
+        return UnsafeRawBufferPointer(start: base, count: count + 4)
     }
 
     /// Writes a tag byte then `text`'s UTF-8; nil if longer than `limit` bytes.
     @inline(__always)
-    func write(tag: UInt8, text: String, limit: Int) -> MDB_val? {
+    func write(tag: UInt8, text: String, limit: Int) -> UnsafeRawBufferPointer? {
         base.storeBytes(of: tag, as: UInt8.self)
         let count = text.utf8.count
         guard count + 1 <= min(limit, capacity) else { return nil }
@@ -67,32 +56,40 @@ final class ScratchBuffer {
             base.storeBytes(of: byte, toByteOffset: i, as: UInt8.self)
             i += 1
         }
-        return MDB_val(mv_size: count + 1, mv_data: base)
+        return UnsafeRawBufferPointer(start: base, count: count + 1)
     }
 
     /// Writes `prefix` and `sequence`, both big-endian (a sequences-DB key).
     @inline(__always)
-    func write(prefix: UInt32, sequence: UInt64) -> MDB_val {
+    func write(prefix: UInt32, sequence: UInt64) -> UnsafeRawBufferPointer {
         base.storeBytes(of: prefix.bigEndian, as: UInt32.self)
         base.storeBytes(of: sequence.bigEndian, toByteOffset: 4, as: UInt64.self)
-        return MDB_val(mv_size: 12, mv_data: base)
+        return UnsafeRawBufferPointer(start: base, count: 12)
     }
 
     /// Copies `bytes` (at most `capacity`).
-    func write(_ bytes: [UInt8]) -> MDB_val {
+    func write(_ bytes: [UInt8]) -> UnsafeRawBufferPointer {
         let n = min(bytes.count, capacity)
         bytes.withUnsafeBytes { src in
             if let s = src.baseAddress { base.copyMemory(from: s, byteCount: n) }
         }
-        return MDB_val(mv_size: n, mv_data: base)
+        return UnsafeRawBufferPointer(start: base, count: n)
     }
 }
 
-extension MDB_val {
-    /// The bytes this value points to (valid only until the next write in the transaction).
-    @inline(__always)
-    var bytes: UnsafeRawBufferPointer {
-        UnsafeRawBufferPointer(start: mv_data, count: mv_data == nil ? 0 : mv_size)
+/// Copies `text`'s UTF-8 to `dest`, which has room for `text.utf8.count` bytes.
+@inline(__always)
+func copyUTF8(_ text: String, to dest: UnsafeMutableRawPointer) {
+    let copied = text.utf8.withContiguousStorageIfAvailable { src -> Bool in
+        if let s = src.baseAddress { dest.copyMemory(from: s, byteCount: src.count) }
+        return true
+    } ?? false
+    if !copied {
+        var i = 0
+        for byte in text.utf8 {
+            dest.storeBytes(of: byte, toByteOffset: i, as: UInt8.self)
+            i += 1
+        }
     }
 }
 
@@ -167,19 +164,19 @@ struct RecordHeader {
 
     /// Parses and bounds-checks a records-DB value.
     @inline(__always)
-    static func parse(_ value: MDB_val) throws(PeerSyncError) -> RecordHeader {
-        guard value.mv_size >= size, let p = value.mv_data else {
-            throw PeerSyncError(.corrupt, "a stored record is shorter than its header (\(value.mv_size) bytes)")
+    static func parse(_ value: UnsafeRawBufferPointer) throws(PeerSyncError) -> RecordHeader {
+        guard value.count >= size, let p = value.baseAddress else {
+            throw PeerSyncError(.corrupt, "a stored record is shorter than its header (\(value.count) bytes)")
         }
         let seq = UInt64(littleEndian: p.loadUnaligned(as: UInt64.self))
         let flags = UInt32(littleEndian: p.loadUnaligned(fromByteOffset: 8, as: UInt32.self))
         let v = Int(UInt32(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt32.self)))
         let e = Int(UInt32(littleEndian: p.loadUnaligned(fromByteOffset: 16, as: UInt32.self)))
-        guard size + v + e <= value.mv_size else {
-            throw PeerSyncError(.corrupt, "a stored record's lengths exceed its size (\(value.mv_size) bytes)")
+        guard size + v + e <= value.count else {
+            throw PeerSyncError(.corrupt, "a stored record's lengths exceed its size (\(value.count) bytes)")
         }
         return RecordHeader(sequence: seq, flags: flags, versionCount: v, extraCount: e,
-                            bodyCount: value.mv_size - size - v - e)
+                            bodyCount: value.count - size - v - e)
     }
 
     /// Bytes needed to store `record`, or nil if LMDB cannot hold it (4 GiB).
@@ -221,10 +218,9 @@ struct RecordHeader {
 
     /// Decodes a full record (copying its bytes out of the map).
     @inline(__always)
-    static func decode(key: String, value: MDB_val) throws(PeerSyncError) -> Record {
+    static func decode(key: String, value: UnsafeRawBufferPointer) throws(PeerSyncError) -> Record {
         let h = try parse(value)
-        guard let p = value.mv_data else { throw PeerSyncError(.corrupt, "a stored record has no data") }
-        let base = UnsafeRawPointer(p)
+        guard let base = value.baseAddress else { throw PeerSyncError(.corrupt, "a stored record has no data") }
         return Record(key: key, sequence: h.sequence, flags: RecordFlags(rawValue: h.flags),
                       version: copyBytes(base, offset: size, count: h.versionCount),
                       body: copyBytes(base, offset: size + h.versionCount + h.extraCount, count: h.bodyCount),
@@ -251,8 +247,8 @@ final class KeyspaceState {
         self.deletedCount = deletedCount
     }
 
-    static func decode(name: String, _ value: MDB_val) throws(PeerSyncError) -> KeyspaceState {
-        guard value.mv_size == encodedSize, let p = value.mv_data else {
+    static func decode(name: String, _ value: UnsafeRawBufferPointer) throws(PeerSyncError) -> KeyspaceState {
+        guard value.count == encodedSize, let p = value.baseAddress else {
             throw PeerSyncError(.corrupt, "malformed keyspace entry in the meta database", context: ["keyspace": name])
         }
         return KeyspaceState(name: name,

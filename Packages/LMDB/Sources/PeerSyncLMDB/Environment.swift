@@ -1,4 +1,3 @@
-internal import CLMDB
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
@@ -10,30 +9,6 @@ import Darwin
 #endif
 
 let log = Logger(.database)
-
-/// Owns one `MDB_env*`, closed in `deinit` (or earlier by ``close()``).
-///
-/// `@unchecked Sendable`: `pointer` is set in `init` and cleared only by ``close()``, which
-/// ``LMDBEnvironment`` calls while holding its ``StorageWriterLock`` and its ``TransactionGate``
-/// exclusively; every other use of the pointer holds the gate shared or the writer lock.
-final class EnvHandle: @unchecked Sendable {
-    private(set) var pointer: OpaquePointer?
-
-    init() throws(PeerSyncError) {
-        var env: OpaquePointer?
-        try check(mdb_env_create(&env), "mdb_env_create")
-        pointer = env
-    }
-
-    func close() {
-        if let env = pointer {
-            mdb_env_close(env)
-            pointer = nil
-        }
-    }
-
-    deinit { close() }
-}
 
 /// Names and layout of the PeerSync LMDB format.
 enum Layout {
@@ -79,9 +54,9 @@ enum Layout {
 final class LMDBEnvironment: @unchecked Sendable {
     let directory: String
     let handle: EnvHandle
-    let records: MDB_dbi
-    let sequences: MDB_dbi
-    let meta: MDB_dbi
+    let records: DatabaseHandle
+    let sequences: DatabaseHandle
+    let meta: DatabaseHandle
     let pageSize: Int
     let gate = TransactionGate()
     let writerLock = StorageWriterLock()
@@ -124,11 +99,10 @@ final class LMDBEnvironment: @unchecked Sendable {
             throw PeerSyncError(.notFound, "no LMDB store in this directory and `create` is false",
                                 context: ["directory": directory])
         }
-        let handle = try EnvHandle()
-        guard let env = handle.pointer else { throw PeerSyncError(.internalError, "mdb_env_create returned no handle") }
+        let handle = try EnvHandle(directory: directory)
         let ctx = ["directory": directory]
-        try check(mdb_env_set_maxdbs(env, 4), "mdb_env_set_maxdbs", ctx)
-        try check(mdb_env_set_maxreaders(env, UInt32(Self.maxReaders)), "mdb_env_set_maxreaders", ctx)
+        try handle.setMaxDatabases(4)
+        try handle.setMaxReaders(Self.maxReaders)
         let osPage = Int(sysconf(Int32(_SC_PAGESIZE)))
         var mapSize = options.initialSize > 0 ? min(options.initialSize, Layout.maximumMapSize) : Layout.defaultMapSize
         mapSize = max(mapSize, Layout.minimumMapSize)
@@ -139,32 +113,25 @@ final class LMDBEnvironment: @unchecked Sendable {
             mapSize = max(mapSize, recorded, Int(clamping: min(existing.usedBytes, UInt64(Int.max / 2))))
         }
         mapSize = Self.roundUp(mapSize, to: osPage)
-        try check(mdb_env_set_mapsize(env, mapSize), "mdb_env_set_mapsize", ctx)
-        var flags = UInt32(MDB_NOTLS)
-        if !options.durable { flags |= UInt32(MDB_NOSYNC) }
+        try handle.setMapSize(mapSize)
         try Self.allocateLockFile(directory: directory, maxReaders: Self.maxReaders)
-        let openRC = mdb_env_open(env, directory, flags, 0o644)
-        if openRC != MDB_SUCCESS {
-            throw lmdbWriteError(openRC, "mdb_env_open", directory: directory, pendingBytes: 0, ctx)
-        }
-        var dead: Int32 = 0
-        try check(mdb_reader_check(env, &dead), "mdb_reader_check", ctx)
-        guard mdb_env_get_maxkeysize(env) >= Int32(Layout.maxLMDBKeySize) else {
+        try handle.open(durable: options.durable)
+        try handle.clearStaleReaders()
+        guard try handle.maxKeySize() >= Layout.maxLMDBKeySize else {
             throw PeerSyncError(.storage, "this liblmdb was built with keys shorter than \(Layout.maxLMDBKeySize) bytes",
                                 context: ctx)
         }
 
-        var stat = MDB_stat()
-        try check(mdb_env_stat(env, &stat), "mdb_env_stat", ctx)
-        let dbis: (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi)
-        if let opened = try Self.openExistingDatabases(env, directory: directory) {
+        let pageSize = try handle.pageSize()
+        let dbis: (records: DatabaseHandle, sequences: DatabaseHandle, meta: DatabaseHandle)
+        if let opened = try Self.openExistingDatabases(handle) {
             dbis = opened
         } else {
             if !locked {
                 try fileLock.lock(deadline, directory: directory)
                 locked = true
             }
-            dbis = try Self.openDatabases(env, directory: directory)
+            dbis = try Self.openDatabases(handle)
         }
 
         self.handle = handle
@@ -172,7 +139,7 @@ final class LMDBEnvironment: @unchecked Sendable {
         self.records = dbis.records
         self.sequences = dbis.sequences
         self.meta = dbis.meta
-        self.pageSize = Int(stat.ms_psize)
+        self.pageSize = pageSize
         self.noSync = !options.durable
     }
 
@@ -209,139 +176,97 @@ final class LMDBEnvironment: @unchecked Sendable {
     }
 
     /// Begins a transaction for opening the DBs, adopting a map another process grew.
-    private static func beginOpeningTransaction(_ env: OpaquePointer, readOnly: Bool,
-                                                _ ctx: [String: String]) throws(PeerSyncError) -> OpaquePointer {
+    private static func beginOpeningTransaction(_ handle: EnvHandle, readOnly: Bool) throws(PeerSyncError) -> TxnHandle {
         for _ in 0..<8 {
-            var txnPtr: OpaquePointer?
-            let rc = mdb_txn_begin(env, nil, readOnly ? UInt32(MDB_RDONLY) : 0, &txnPtr)
-            if rc == MDB_MAP_RESIZED {
-                try check(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize", ctx)
-                continue
+            do {
+                return try handle.beginTransaction(readOnly: readOnly)
+            } catch where error.code == .lmdbMapResized {
+                try handle.setMapSize(0)
             }
-            try check(rc, readOnly ? "mdb_txn_begin (read)" : "mdb_txn_begin (write)", ctx)
-            guard let txn = txnPtr else { throw PeerSyncError(.internalError, "mdb_txn_begin returned no transaction") }
-            return txn
         }
-        throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ctx)
+        throw PeerSyncError(.storage, "the LMDB map kept being resized by another process",
+                            context: ["directory": handle.directory])
     }
 
     /// Opens the three named DBs of a complete store in a read-only transaction (so neither
     /// our writer lock nor LMDB's is needed, and a writer of another process is never waited
     /// for) and checks the format version. Returns nil when the store has no `meta` DB yet
     /// (new, being created, or its creation was interrupted): the caller then creates it.
-    private static func openExistingDatabases(_ env: OpaquePointer, directory: String)
-        throws(PeerSyncError) -> (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi)? {
-        let ctx = ["directory": directory]
-        let txn = try beginOpeningTransaction(env, readOnly: true, ctx)
-        var committed = false
-        defer { if !committed { mdb_txn_abort(txn) } }
-        var metaDBI: MDB_dbi = 0
-        let metaRC = mdb_dbi_open(txn, Layout.metaDB, 0, &metaDBI)
-        if metaRC == MDB_NOTFOUND { return nil }
-        try check(metaRC, "mdb_dbi_open(meta)", ctx)
-        let (recordsDBI, sequencesDBI) = try openExistingDataDatabases(txn, metaDBI, ctx)
+    private static func openExistingDatabases(_ handle: EnvHandle)
+        throws(PeerSyncError) -> (records: DatabaseHandle, sequences: DatabaseHandle, meta: DatabaseHandle)? {
+        let txn = try beginOpeningTransaction(handle, readOnly: true)
+        defer { txn.abort() }
+        guard let meta = try txn.openDatabase(Layout.metaDB) else { return nil }
+        let (records, sequences) = try openExistingDataDatabases(txn, meta)
         // Committing a read-only transaction keeps the DBI handles it opened for the environment.
-        let commitRC = mdb_txn_commit(txn)
-        committed = true
-        try check(commitRC, "mdb_txn_commit (read)", ctx)
-        return (recordsDBI, sequencesDBI, metaDBI)
+        try txn.commit()
+        return (records, sequences, meta)
     }
 
     /// Checks the format version in `meta` and opens `records` and `sequences`, which a store
     /// with a `meta` DB must have (all three are created in one transaction).
-    private static func openExistingDataDatabases(_ txn: OpaquePointer, _ metaDBI: MDB_dbi,
-                                                  _ ctx: [String: String]) throws(PeerSyncError) -> (MDB_dbi, MDB_dbi) {
-        let version = try getMetaU32(txn, metaDBI, key: Layout.MetaKey.format, ctx)
+    private static func openExistingDataDatabases(_ txn: TxnHandle, _ meta: DatabaseHandle)
+        throws(PeerSyncError) -> (DatabaseHandle, DatabaseHandle) {
+        let version = try getMetaU32(txn, meta, key: Layout.MetaKey.format)
         guard version == Layout.formatVersion else {
             throw PeerSyncError(.corrupt, "unsupported PeerSync LMDB format version \(version.map(String.init) ?? "none")",
-                                context: ctx)
+                                context: txn.context([:]))
         }
-        var dbis: [MDB_dbi] = []
+        var databases: [DatabaseHandle] = []
         for name in [Layout.recordsDB, Layout.sequencesDB] {
-            var dbi: MDB_dbi = 0
-            let rc = mdb_dbi_open(txn, name, 0, &dbi)
-            if rc == MDB_NOTFOUND {
-                throw PeerSyncError(.corrupt, "the PeerSync store lacks its `\(name)` database", context: ctx)
+            guard let database = try txn.openDatabase(name) else {
+                throw PeerSyncError(.corrupt, "the PeerSync store lacks its `\(name)` database", context: txn.context([:]))
             }
-            try check(rc, "mdb_dbi_open(\(name))", ctx)
-            dbis.append(dbi)
+            databases.append(database)
         }
-        return (dbis[0], dbis[1])
+        return (databases[0], databases[1])
     }
 
     /// Opens the three named DBs in one write transaction, creating them in a new store, and
     /// checks the format version. A store whose main DB holds other names is not ours. The
     /// caller holds ``fileLock``.
-    private static func openDatabases(_ env: OpaquePointer,
-                                      directory: String) throws(PeerSyncError) -> (records: MDB_dbi, sequences: MDB_dbi, meta: MDB_dbi) {
-        let ctx = ["directory": directory]
-        let txn = try beginOpeningTransaction(env, readOnly: false, ctx)
-        var committed = false
-        defer { if !committed { mdb_txn_abort(txn) } }
+    private static func openDatabases(_ handle: EnvHandle)
+        throws(PeerSyncError) -> (records: DatabaseHandle, sequences: DatabaseHandle, meta: DatabaseHandle) {
+        let txn = try beginOpeningTransaction(handle, readOnly: false)
+        defer { txn.abort() }
 
-        var metaDBI: MDB_dbi = 0
-        let metaRC = mdb_dbi_open(txn, Layout.metaDB, 0, &metaDBI)
-        var recordsDBI: MDB_dbi = 0
-        var sequencesDBI: MDB_dbi = 0
-        if metaRC == MDB_NOTFOUND {
-            var mainDBI: MDB_dbi = 0
-            try check(mdb_dbi_open(txn, nil, 0, &mainDBI), "mdb_dbi_open(main)", ctx)
-            var stat = MDB_stat()
-            try check(mdb_stat(txn, mainDBI, &stat), "mdb_stat(main)", ctx)
-            if stat.ms_entries > 0 {
-                throw PeerSyncError(.corrupt, "data.mdb is an LMDB environment of another application, not a PeerSync store",
-                                    context: ctx)
-            }
-            let createFlag = UInt32(MDB_CREATE)
-            try check(mdb_dbi_open(txn, Layout.metaDB, createFlag, &metaDBI), "mdb_dbi_open(meta)", ctx)
-            try check(mdb_dbi_open(txn, Layout.recordsDB, createFlag, &recordsDBI), "mdb_dbi_open(records)", ctx)
-            try check(mdb_dbi_open(txn, Layout.sequencesDB, createFlag, &sequencesDBI), "mdb_dbi_open(sequences)", ctx)
-            try putMetaU32(txn, metaDBI, key: Layout.MetaKey.format, value: Layout.formatVersion, ctx)
-            try putMetaU32(txn, metaDBI, key: Layout.MetaKey.nextKeyspaceID, value: 1, ctx)
+        let meta: DatabaseHandle
+        let records: DatabaseHandle
+        let sequences: DatabaseHandle
+        if let existing = try txn.openDatabase(Layout.metaDB) {
+            meta = existing
+            (records, sequences) = try openExistingDataDatabases(txn, meta)
         } else {
-            try check(metaRC, "mdb_dbi_open(meta)", ctx)
-            (recordsDBI, sequencesDBI) = try openExistingDataDatabases(txn, metaDBI, ctx)
-        }
-        let commitRC = mdb_txn_commit(txn)
-        committed = true
-        if commitRC == MDB_MAP_FULL {
-            throw PeerSyncError(.tooLarge, "the LMDB map is too small to create the store", context: ctx)
-        }
-        if commitRC != MDB_SUCCESS {
-            throw lmdbWriteError(commitRC, "mdb_txn_commit", directory: directory, pendingBytes: 0, ctx)
-        }
-        return (recordsDBI, sequencesDBI, metaDBI)
-    }
-
-    private static func putMetaU32(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: UInt8, value: UInt32,
-                                   _ ctx: [String: String]) throws(PeerSyncError) {
-        var k = key
-        var v = value.littleEndian
-        var rc: Int32 = 0
-        withUnsafeMutableBytes(of: &k) { kb in
-            withUnsafeMutableBytes(of: &v) { vb in
-                var keyVal = MDB_val(mv_size: 1, mv_data: kb.baseAddress)
-                var dataVal = MDB_val(mv_size: 4, mv_data: vb.baseAddress)
-                rc = mdb_put(txn, dbi, &keyVal, &dataVal, 0)
+            if let main = try txn.openDatabase(nil), try txn.entryCount(main) > 0 {
+                throw PeerSyncError(.corrupt, "data.mdb is an LMDB environment of another application, not a PeerSync store",
+                                    context: txn.context([:]))
             }
+            meta = try txn.createDatabase(Layout.metaDB)
+            records = try txn.createDatabase(Layout.recordsDB)
+            sequences = try txn.createDatabase(Layout.sequencesDB)
+            try putMetaU32(txn, meta, key: Layout.MetaKey.format, value: Layout.formatVersion)
+            try putMetaU32(txn, meta, key: Layout.MetaKey.nextKeyspaceID, value: 1)
         }
-        try check(rc, "mdb_put(meta)", ctx)
+        do {
+            try txn.commit()
+        } catch where error.code == .lmdbMapFull {
+            throw PeerSyncError(.tooLarge, "the LMDB map is too small to create the store", context: txn.context([:]))
+        }
+        return (records, sequences, meta)
     }
 
-    static func getMetaU32(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: UInt8,
-                           _ ctx: [String: String]) throws(PeerSyncError) -> UInt32? {
-        var k = key
-        var dataVal = MDB_val()
-        let rc = withUnsafeMutableBytes(of: &k) { kb in
-            var keyVal = MDB_val(mv_size: 1, mv_data: kb.baseAddress)
-            return mdb_get(txn, dbi, &keyVal, &dataVal)
+    /// Stores the meta entry `key` → `value` (`UInt32` LE).
+    static func putMetaU32(_ txn: TxnHandle, _ meta: DatabaseHandle, key: UInt8, value: UInt32) throws(PeerSyncError) {
+        try txn.put(meta, key: [key], value: withUnsafeBytes(of: value.littleEndian) { Array($0) })
+    }
+
+    /// The meta entry `key` (`UInt32` LE); nil when there is none, `.corrupt` when malformed.
+    static func getMetaU32(_ txn: TxnHandle, _ meta: DatabaseHandle, key: UInt8) throws(PeerSyncError) -> UInt32? {
+        guard let value = try txn.get(meta, key: [key]) else { return nil }
+        guard value.count == 4 else {
+            throw PeerSyncError(.corrupt, "malformed meta entry \(key)", context: txn.context([:]))
         }
-        if rc == MDB_NOTFOUND { return nil }
-        try check(rc, "mdb_get(meta)", ctx)
-        guard dataVal.mv_size == 4, let p = dataVal.mv_data else {
-            throw PeerSyncError(.corrupt, "malformed meta entry \(key)", context: ctx)
-        }
-        return UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))
+        return UInt32(littleEndian: value.loadUnaligned(as: UInt32.self))
     }
 
     static func roundUp(_ value: Int, to unit: Int) -> Int {
@@ -352,18 +277,18 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     /// Begins a read-only transaction. On success the gate is held shared (the transaction
     /// releases it when it ends). Adopts a map grown by another process (`MDB_MAP_RESIZED`).
-    func beginRead(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
+    func beginRead(_ deadline: Deadline) throws(PeerSyncError) -> TxnHandle {
         for _ in 0..<100 {
-            let env = try lockSharedUsable(deadline)
-            var txn: OpaquePointer?
-            let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
-            if rc == MDB_SUCCESS, let txn { return txn }
-            gate.unlockShared()
-            if rc == MDB_MAP_RESIZED {
+            try lockSharedUsable(deadline)
+            do {
+                return try handle.beginTransaction(readOnly: true)
+            } catch where error.code == .lmdbMapResized {
+                gate.unlockShared()
                 try adoptMapSize(deadline)
-                continue
+            } catch {
+                gate.unlockShared()
+                throw error
             }
-            try check(rc, "mdb_txn_begin (read)", ["directory": directory])
         }
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
     }
@@ -371,52 +296,56 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// Begins the write transaction. The caller holds ``writerLock`` and ``fileLock``; on
     /// success the gate is held shared (the transaction releases it). Grows the map first when
     /// it is more than half used, so that most transactions never hit `MDB_MAP_FULL`.
-    func beginWrite(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
+    func beginWrite(_ deadline: Deadline) throws(PeerSyncError) -> TxnHandle {
         var grewAhead = false
         for _ in 0..<100 {
-            let env = try lockSharedUsable(deadline)
+            try lockSharedUsable(deadline)
             if !grewAhead {
-                var info = MDB_envinfo()
-                mdb_env_info(env, &info)
-                let used = (info.me_last_pgno &+ 1) &* pageSize
-                if used > info.me_mapsize / 2 {
+                let info: MapInfo
+                do {
+                    info = try handle.mapInfo()
+                } catch {
+                    gate.unlockShared()
+                    throw error
+                }
+                let used = (info.lastPage &+ 1) &* pageSize
+                if used > info.mapSize / 2 {
                     // Grow ahead only if no reader of this process is in the way right now:
                     // the transaction may well fit, and `MDB_MAP_FULL` is handled anyway.
                     gate.unlockShared()
                     grewAhead = true
                     do {
-                        try growMap(observedSize: info.me_mapsize, pendingBytes: 0, Deadline(.zero))
+                        try growMap(observedSize: info.mapSize, pendingBytes: 0, Deadline(.zero))
                     } catch where error.code == .busy {
                         log.debug("LMDB: readers active, not growing the map of \(directory) ahead of time")
                     }
                     continue
                 }
             }
-            var txn: OpaquePointer?
-            let rc = mdb_txn_begin(env, nil, 0, &txn)
-            if rc == MDB_SUCCESS, let txn { return txn }
-            gate.unlockShared()
-            if rc == MDB_MAP_RESIZED {
+            do {
+                return try handle.beginTransaction(readOnly: false)
+            } catch where error.code == .lmdbMapResized {
+                gate.unlockShared()
                 try adoptMapSize(deadline)
-                continue
+            } catch {
+                gate.unlockShared()
+                throw error
             }
-            try check(rc, "mdb_txn_begin (write)", ["directory": directory])
         }
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
     }
 
-    /// Takes the gate shared and returns the environment if it is open and usable.
-    private func lockSharedUsable(_ deadline: Deadline) throws(PeerSyncError) -> OpaquePointer {
+    /// Takes the gate shared if the environment is open and usable (else throws, not holding it).
+    private func lockSharedUsable(_ deadline: Deadline) throws(PeerSyncError) {
         try gate.lockShared(deadline, directory: directory)
         if let failure {
             gate.unlockShared()
             throw failure
         }
-        guard let env = handle.pointer else {
+        guard handle.isOpen else {
             gate.unlockShared()
             throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
         }
-        return env
     }
 
     // MARK: Map size
@@ -426,18 +355,16 @@ final class LMDBEnvironment: @unchecked Sendable {
         try gate.lockExclusive(deadline, directory: directory)
         defer { gate.unlockExclusive() }
         if let failure { throw failure }
-        guard let env = handle.pointer else {
-            throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
-        }
-        try setMapSizeLocked(env, size)
+        try setMapSizeLocked(size)
     }
 
-    private func setMapSizeLocked(_ env: OpaquePointer, _ size: Int) throws(PeerSyncError) {
-        let rc = mdb_env_set_mapsize(env, size)
-        if rc != MDB_SUCCESS {
+    /// Sets the map size; the caller holds the gate exclusively and checked ``failure``.
+    private func setMapSizeLocked(_ size: Int) throws(PeerSyncError) {
+        do {
+            try handle.setMapSize(size)
+        } catch where error.code != .closed {
             // LMDB unmapped the old map before failing to map the new one: the environment
             // cannot be used any more.
-            let error = lmdbError(rc, "mdb_env_set_mapsize(\(size))", ["directory": directory])
             failure = PeerSyncError(.storage, "the LMDB map could not be remapped; close and reopen the store (\(error.message))",
                                     context: error.context)
             throw error
@@ -456,12 +383,7 @@ final class LMDBEnvironment: @unchecked Sendable {
         try gate.lockExclusive(deadline, directory: directory)
         defer { gate.unlockExclusive() }
         if let failure { throw failure }
-        guard let env = handle.pointer else {
-            throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
-        }
-        var info = MDB_envinfo()
-        mdb_env_info(env, &info)
-        let current = info.me_mapsize
+        let current = try handle.mapInfo().mapSize
         if current > observedSize { return }
         guard current < Layout.maximumMapSize else {
             throw PeerSyncError(.tooLarge, "the LMDB map reached its maximum size of \(Layout.maximumMapSize) bytes",
@@ -473,16 +395,14 @@ final class LMDBEnvironment: @unchecked Sendable {
         if !overflow2 { target = max(target, withPending) }
         target = min(Self.roundUp(min(target, Layout.maximumMapSize), to: 1 << 20), Layout.maximumMapSize)
         log.verbose("LMDB: growing the map of \(directory) from \(current) to \(target) bytes")
-        try setMapSizeLocked(env, target)
+        try setMapSizeLocked(target)
     }
 
     /// Current map size (bytes), for tests and diagnostics.
     func mapSize() throws(PeerSyncError) -> Int {
-        let env = try lockSharedUsable(Deadline(.seconds(10)))
+        try lockSharedUsable(Deadline(.seconds(10)))
         defer { gate.unlockShared() }
-        var info = MDB_envinfo()
-        mdb_env_info(env, &info)
-        return info.me_mapsize
+        return try handle.mapInfo().mapSize
     }
 
     // MARK: Durability
@@ -493,9 +413,8 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// on ``StorageOptions/durable`` toggle the environment flag before their commits (only
     /// commits read it). Handles that agree, the usual case, never call into LMDB here.
     func setDurable(_ durable: Bool) throws(PeerSyncError) {
-        guard noSync == durable, let env = handle.pointer else { return }
-        try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC), durable ? 0 : 1), "mdb_env_set_flags",
-                  ["directory": directory])
+        guard noSync == durable, handle.isOpen else { return }
+        try handle.setDurable(durable)
         noSync = !durable
     }
 

@@ -1,4 +1,3 @@
-internal import CLMDB
 import PeerSyncCore
 import PeerSyncStorage
 
@@ -28,13 +27,12 @@ final class IntegrityCheck {
     func run() throws -> [String] {
         let env = transaction.env
         let txn = try transaction.currentTxn()
-        let token = transaction.token
 
         // 1. Meta entries.
         var keyspaces: [UInt32: Tally] = [:]
         var nextID: UInt32?
         var sawFormat = false
-        try walk(txn, token, env.meta) { key, value in
+        try walk(txn, env.meta) { key, value in
             guard let tag = key.first else {
                 report("meta: an empty key")
                 return
@@ -53,8 +51,7 @@ final class IntegrityCheck {
                 }
             case Layout.MetaKey.keyspace:
                 let name = String(decoding: UnsafeRawBufferPointer(rebasing: key[1...]), as: UTF8.self)
-                let val = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
-                guard let state = try? KeyspaceState.decode(name: name, val) else {
+                guard let state = try? KeyspaceState.decode(name: name, value) else {
                     report("meta: malformed entry for keyspace `\(name)`")
                     return
                 }
@@ -79,7 +76,7 @@ final class IntegrityCheck {
         // 2. Records: decode each, check its sequence and its index entry.
         var orphanRecords: [UInt32: Int] = [:]
         var seqKey = [UInt8](repeating: 0, count: 12)
-        try walk(txn, token, env.records) { key, value in
+        try walk(txn, env.records) { key, value in
             guard key.count >= 4 else {
                 report("records: a key shorter than its keyspace prefix")
                 return
@@ -90,8 +87,7 @@ final class IntegrityCheck {
                 orphanRecords[id, default: 0] += 1
                 return
             }
-            let val = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
-            guard let header = try? RecordHeader.parse(val) else {
+            guard let header = try? RecordHeader.parse(value) else {
                 report("keyspace `\(tally.name)`: record `\(name)` is malformed")
                 return
             }
@@ -105,23 +101,21 @@ final class IntegrityCheck {
                 b.storeBytes(of: id.bigEndian, as: UInt32.self)
                 b.storeBytes(of: header.sequence.bigEndian, toByteOffset: 4, as: UInt64.self)
             }
-            var indexed = MDB_val()
-            let rc = seqKey.withUnsafeMutableBytes { b in
-                var k = MDB_val(mv_size: 12, mv_data: b.baseAddress)
-                return mdb_get(txn, env.sequences, &k, &indexed)
-            }
-            if rc == MDB_NOTFOUND {
+            switch Result(catching: { () throws(PeerSyncError) in try txn.get(env.sequences, key: seqKey) }) {
+            case .failure(let error):
+                report("keyspace `\(tally.name)`: reading the index entry of `\(name)` failed: \(error.message)")
+            case .success(nil):
                 report("keyspace `\(tally.name)`: record `\(name)` (sequence \(header.sequence)) is missing from the sequence index")
-            } else if rc != MDB_SUCCESS {
-                report("keyspace `\(tally.name)`: reading the index entry of `\(name)` failed: \(lmdbError(rc, "mdb_get").message)")
-            } else if compareBytes(indexed.bytes, UnsafeRawBufferPointer(rebasing: key[4...])) != 0 {
+            case .success(let indexed?) where compareBytes(indexed, UnsafeRawBufferPointer(rebasing: key[4...])) != 0:
                 report("keyspace `\(tally.name)`: sequence \(header.sequence) of `\(name)` is indexed under another key")
+            case .success:
+                break
             }
         }
 
         // 3. Sequence index: every entry points to a record carrying that sequence.
         var orphanIndex: [UInt32: Int] = [:]
-        try walk(txn, token, env.sequences) { key, value in
+        try walk(txn, env.sequences) { key, value in
             guard key.count == 12 else {
                 report("sequences: a key of \(key.count) bytes instead of 12")
                 return
@@ -136,18 +130,16 @@ final class IntegrityCheck {
             keyspaces[id] = tally
             var recordKey = withUnsafeBytes(of: id.bigEndian) { Array($0) }
             recordKey.append(contentsOf: value)
-            var stored = MDB_val()
-            let rc = recordKey.withUnsafeMutableBytes { b in
-                var k = MDB_val(mv_size: b.count, mv_data: b.baseAddress)
-                return mdb_get(txn, env.records, &k, &stored)
-            }
             let name = String(decoding: value, as: UTF8.self)
-            if rc == MDB_NOTFOUND {
+            switch Result(catching: { () throws(PeerSyncError) in try txn.get(env.records, key: recordKey) }) {
+            case .failure(let error):
+                report("keyspace `\(tally.name)`: reading record `\(name)` failed: \(error.message)")
+            case .success(nil):
                 report("keyspace `\(tally.name)`: sequence \(sequence) points to a missing record `\(name)`")
-            } else if rc != MDB_SUCCESS {
-                report("keyspace `\(tally.name)`: reading record `\(name)` failed: \(lmdbError(rc, "mdb_get").message)")
-            } else if let header = try? RecordHeader.parse(stored), header.sequence != sequence {
-                report("keyspace `\(tally.name)`: sequence \(sequence) points to `\(name)`, which has sequence \(header.sequence)")
+            case .success(let stored?):
+                if let header = try? RecordHeader.parse(stored), header.sequence != sequence {
+                    report("keyspace `\(tally.name)`: sequence \(sequence) points to `\(name)`, which has sequence \(header.sequence)")
+                }
             }
         }
 
@@ -172,17 +164,14 @@ final class IntegrityCheck {
     }
 
     /// Calls `visit` with every key/value of `dbi`, in order.
-    private func walk(_ txn: OpaquePointer, _ token: TxnToken, _ dbi: MDB_dbi,
-                               _ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Void) throws {
-        let cursor = try Cursor(txn: txn, token: token, dbi: dbi, directory: transaction.env.directory)
+    private func walk(_ txn: TxnHandle, _ database: DatabaseHandle,
+                      _ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Void) throws {
+        let cursor = try Cursor(txn, database)
         defer { cursor.close() }
-        var key = MDB_val()
-        var data = MDB_val()
-        var rc = cursor.get(&key, &data, MDB_FIRST)
-        while rc == MDB_SUCCESS {
-            try visit(key.bytes, data.bytes)
-            rc = cursor.get(&key, &data, MDB_NEXT)
+        var entry = try cursor.move(.first)
+        while let current = entry {
+            try visit(current.key, current.value)
+            entry = try cursor.move(.next)
         }
-        if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get", ["directory": transaction.env.directory]) }
     }
 }

@@ -113,7 +113,7 @@ final class LMDBStorage: Storage {
         try environment.writerLock.acquire(timeout: deadline.remaining, context: ["directory": directory])
         defer { environment.writerLock.release() }
         // With the writer lock held the environment cannot close under us.
-        guard environment.handle.pointer != nil else {
+        guard environment.handle.isOpen else {
             throw PeerSyncError(.closed, "the store is closed", context: ["directory": directory])
         }
         try environment.fileLock.lock(deadline, directory: directory)

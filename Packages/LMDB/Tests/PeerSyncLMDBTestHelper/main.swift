@@ -11,6 +11,7 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncLMDB
+import PeerSyncLMDBBaseline
 import PeerSyncStorage
 
 func fail(_ message: String) -> Never {

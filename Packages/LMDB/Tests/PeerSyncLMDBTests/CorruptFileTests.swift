@@ -3,6 +3,7 @@ import Testing
 import PeerSyncCore
 import PeerSyncStorage
 @testable import PeerSyncLMDB
+import PeerSyncLMDBBaseline
 
 @Suite struct CorruptFileTests {
     /// Makes a valid store with a few hundred records and returns the size of its data file.

@@ -3,6 +3,7 @@ import Testing
 import PeerSyncCore
 import PeerSyncStorage
 @testable import PeerSyncLMDB
+import PeerSyncLMDBBaseline
 
 @Suite struct IntegrityAndBaselineTests {
     @Test func integrityCheckReportsADamagedIndex() throws {

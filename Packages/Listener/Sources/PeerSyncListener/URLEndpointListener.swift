@@ -7,11 +7,6 @@ import PeerSyncReplicator
 import PeerSyncTransport
 import PeerSyncWebSocket
 
-extension PeerSyncError.Code {
-    /// The listener cannot do what was asked in its current state (e.g. started twice).
-    public static let listenerState = Self(rawValue: "listenerState")
-}
-
 /// Settings of a ``URLEndpointListener`` (Couchbase Lite's `URLEndpointListenerConfiguration`).
 public struct URLEndpointListenerConfiguration: Sendable {
     /// The collections served, all of one database. Replicators may ask for any subset.

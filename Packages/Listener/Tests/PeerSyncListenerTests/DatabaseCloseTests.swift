@@ -2,6 +2,7 @@ import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncListener
+import PeerSyncPosix
 import PeerSyncReplicator
 import PeerSyncWebSocket
 import Testing

@@ -3,6 +3,7 @@ import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncListener
+import PeerSyncPosix
 import PeerSyncReplicator
 import PeerSyncStorage
 import PeerSyncTransport

@@ -1,5 +1,4 @@
 import Foundation
-import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncTransport

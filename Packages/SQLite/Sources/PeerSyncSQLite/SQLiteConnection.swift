@@ -136,7 +136,7 @@ final class SQLiteStatement {
 /// `@unchecked Sendable`. Exactly one thread uses a connection at a time: ``SQLiteStorage``'s
 /// writer connection only while holding `SQLiteStorage.writeLock`; a reader connection only
 /// while it is checked out of `SQLiteStorage.readerPool` (that mutex hands each idle connection
-/// to one caller); a ``SQLiteRawBaseline`` connection is owned by its (non-Sendable) baseline.
+/// to one caller).
 final class SQLiteConnection: @unchecked Sendable {
     let db: OpaquePointer
     private var isOpen = true

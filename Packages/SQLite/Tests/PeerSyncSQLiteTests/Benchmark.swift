@@ -3,6 +3,7 @@ import Testing
 import PeerSyncCore
 import PeerSyncStorage
 import PeerSyncSQLite
+import PeerSyncSQLiteBaseline
 
 /// Prints PeerSync's rates beside raw SQLite's for the same work. Not a timed assertion: it
 /// only checks that both did the work. Off unless `PEERSYNC_SQLITE_BENCH` is set (N records,

@@ -3,6 +3,7 @@ import Testing
 import PeerSyncCore
 import PeerSyncStorage
 @testable import PeerSyncSQLite
+import PeerSyncSQLiteBaseline
 
 @Suite("SQLite storage backend", .serialized)
 struct SQLiteStorageTests {
@@ -673,14 +674,18 @@ struct SQLiteStorageTests {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions(durable: false))
         defer { try? storage.close() }
-        try fill(storage, count: 100, size: 16)
+        /// One round: every record gets the body `[round]`.
+        @Sendable func write(round: UInt8) throws {
+            try storage.write { writer throws in
+                for i in 0..<100 { try writer.put(Record(key: String(format: "doc-%06d", i), body: [round]), in: "docs") }
+            }
+        }
+        try write(round: .max)  // a reader may see this round before the writer's first
         let group = DispatchGroup()
         DispatchQueue.global().async(group: group) {
             for round in 0..<20 {
                 do {
-                    try storage.write { writer throws in
-                        for i in 0..<100 { try writer.put(Record(key: String(format: "doc-%06d", i), body: [UInt8(round)]), in: "docs") }
-                    }
+                    try write(round: UInt8(round))
                 } catch { Issue.record("write failed: \(error)") }
             }
         }

@@ -121,8 +121,10 @@ public protocol StorageWriter: StorageReader {
 /// with named keyspaces and a per-keyspace sequence index.
 ///
 /// Threading: every method blocks the calling thread (disk I/O, locks held by other
-/// processes), so call them from a thread you own, not from Swift's cooperative pool;
-/// `PeerSyncDatabase` runs them on its own serial queue. Instances are thread-safe.
+/// processes), so call them from a thread you own, not from Swift's cooperative pool.
+/// Instances are thread-safe, and ``read(_:)`` may run on several threads at once, each
+/// transaction on its own snapshot, none waiting for another: `PeerSyncDatabase` runs its
+/// writes on one queue and its reads on a pool of threads, several at once.
 ///
 /// Transactions: ``read(_:)`` runs the closure against a snapshot; ``write(_:)`` runs it in a
 /// write transaction that is serialized against every other writer, in this process and in

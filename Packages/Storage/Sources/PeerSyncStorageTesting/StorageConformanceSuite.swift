@@ -30,7 +30,9 @@ import PeerSyncStorage
 /// - a keyspace whose records were all purged still exists and keeps its sequence counter;
 /// - keyspace names are arbitrary non-empty strings, compared by bytes (case-sensitive);
 /// - readers never block writers, and an open write transaction never blocks readers —
-///   not even one of another process while this one opens the store.
+///   not even one of another process while this one opens the store;
+/// - read transactions on one handle run in parallel on several threads, each on its own
+///   snapshot.
 public struct StorageConformanceSuite: Sendable {
     /// What the backend under test supports.
     public struct Capabilities: Sendable, Hashable {
@@ -180,6 +182,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "rollbackOnThrow", needsMultiProcess: false, body: TransactionCases.rollbackOnThrow),
         ConformanceCase(name: "writerSeesOwnChanges", needsMultiProcess: false, body: TransactionCases.writerSeesOwnChanges),
         ConformanceCase(name: "snapshotIsolation", needsMultiProcess: false, body: TransactionCases.snapshotIsolation),
+        ConformanceCase(name: "readersInParallel", needsMultiProcess: false, body: ParallelReadCases.readersInParallel),
         ConformanceCase(name: "largeBodies", needsMultiProcess: false, body: DataCases.largeBodies),
         ConformanceCase(name: "manyKeyspacesAndDrop", needsMultiProcess: false, body: DataCases.manyKeyspacesAndDrop),
         ConformanceCase(name: "keyspaceNames", needsMultiProcess: false, body: DataCases.keyspaceNames),

@@ -1,6 +1,8 @@
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncPosix
 import PeerSyncTransport
+import PeerSyncWebSocketCodec
 import Synchronization
 
 /// Facts about the client of a request, for authentication hooks and HTTP handlers.
@@ -162,7 +164,7 @@ public final class WebSocketServer: Sendable {
     private let releaseRequests = Atomic<Int>(0)
     private let listener: TCPListener
     /// Connections still in their handshake (closed by ``stop()``), by id.
-    private let pending = Mutex<(next: UInt64, streams: [UInt64: TCPStream], stopped: Bool)>((0, [:], false))
+    private let pending = LockedValue<(next: UInt64, streams: [UInt64: TCPStream], stopped: Bool)>((0, [:], false))
 
     private init(configuration: WebSocketServerConfiguration, routes: [WebSocketRoute],
                  httpHandler: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> HTTPResponse)?,
@@ -412,7 +414,7 @@ public final class WebSocketServer: Sendable {
 /// A re-armable timer that closes a stream when it fires (drops slow or silent clients).
 final class Deadline: Sendable {
     private let stream: TCPStream
-    private let timer = Mutex<Task<Void, Never>?>(nil)
+    private let timer = LockedValue<Task<Void, Never>?>(nil)
 
     init(stream: TCPStream) {
         self.stream = stream

@@ -1,6 +1,8 @@
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncPosix
 import PeerSyncTransport
+import PeerSyncWebSocketCodec
 import Synchronization
 
 /// Options of ``WebSocketTransport/connect(to:options:)``.

@@ -110,7 +110,7 @@ struct BadInputTests {
     func unmaskedFrames() async throws {
         let server = try await makeServer()
         defer { Task { await server.stop() } }
-        #expect(try await closeCode(after: rawFrame(opcode: 1, payload: Array("hi".utf8)), server: server) == 1002)
+        #expect(try await closeCode(after: WebSocketFrameEncoder.encode(opcode: .text, payload: Array("hi".utf8), mask: nil), server: server) == 1002)
         try await expectServing(server)
     }
 
@@ -139,7 +139,7 @@ struct BadInputTests {
 
     @Test("other frame violations are closed with 1002", arguments: [
         clientFrame(0x3, []),                                // reserved opcode
-        rawFrame(rsv: 2, opcode: 2, payload: [1], mask: [9, 9, 9, 9]),  // RSV bit
+        clientFrame(0x2, [1], rsv: 2),                       // RSV bit
         clientFrame(0x9, [], fin: false),                    // fragmented ping
         clientFrame(0x0, [1]),                               // orphan continuation
         clientFrame(0x8, [0x03, 0xED]),                      // close code 1005 on the wire

@@ -2,7 +2,6 @@ import Foundation
 import PeerSyncCore
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
-import Synchronization
 import Testing
 
 /// 1,000 idle WebSocket connections must not hold 1,000 threads.
@@ -121,7 +120,7 @@ struct IdleConnectionsTests {
 }
 
 final class ConnectionList: Sendable {
-    private let list = Mutex<[WebSocketConnection]>([])
+    private let list = LockedValue<[WebSocketConnection]>([])
     func add(_ connection: WebSocketConnection) { list.withLock { $0.append(connection) } }
     var all: [WebSocketConnection] { list.withLock { $0 } }
 }

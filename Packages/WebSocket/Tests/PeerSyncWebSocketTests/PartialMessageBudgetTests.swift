@@ -1,7 +1,6 @@
 import PeerSyncCore
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
-import Synchronization
 import Testing
 
 /// Issue 9 §4: unfinished incoming messages of all connections of a server share one memory

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
+import PeerSyncTransportTesting
 import PeerSyncCore
-import Synchronization
 
 /// The Python `websockets` peer used by the interop tests.
 ///
@@ -119,7 +119,7 @@ enum PythonPeer {
         try:
             ws = await connect(args["url"], ssl=ctx, subprotocols=args.get("subprotocols") or None,
                                additional_headers={"X-Custom": "from-python"}, max_size=2**24, ping_interval=None,
-                               open_timeout=10)
+                               open_timeout=args.get("openTimeout", 10))
         except InvalidStatus as e:
             out("STATUS", e.response.status_code)
             return
@@ -160,7 +160,7 @@ enum PythonPeer {
 
     async def run_client_close(args):
         ctx = ssl.create_default_context(cafile=args["cafile"]) if args.get("cafile") else None
-        async with connect(args["url"], ssl=ctx, ping_interval=None) as ws:
+        async with connect(args["url"], ssl=ctx, ping_interval=None, open_timeout=args.get("openTimeout", 10)) as ws:
             await ws.send("last words")
             check(await ws.recv() == "last words", "echo before close")
             await ws.close(args["code"], "python says bye")
@@ -179,11 +179,11 @@ enum PythonPeer {
 
 /// A running Python process whose stdout lines the test can wait for. Terminated (by PID) in
 /// ``stop()``; its temporary directory is removed. `@unchecked Sendable`: `process` and the
-/// pipe are only used through Foundation's thread-safe calls; `lines` is a Mutex.
+/// pipe are only used through Foundation's thread-safe calls; `lines` is a LockedValue.
 final class PythonProcess: @unchecked Sendable {
     private let process: Process
     private let stdinPipe: Pipe
-    private let lines = Mutex<[String]>([])
+    private let lines = LockedValue<[String]>([])
     let directory: String
 
     private init(process: Process, stdinPipe: Pipe, directory: String) {
@@ -199,6 +199,8 @@ final class PythonProcess: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try PythonPeer.script.write(toFile: directory + "/interop.py", atomically: true, encoding: .utf8)
         var arguments = arguments
+        // The Python client's opening-handshake timeout, stretched for sanitized builds.
+        arguments["openTimeout"] = TestTiming.slow(seconds: 10)
         for (name, content) in files {
             let path = directory + "/" + name
             try content.write(toFile: path, atomically: true, encoding: .utf8)
@@ -236,7 +238,7 @@ final class PythonProcess: @unchecked Sendable {
     var output: [String] { lines.withLock { $0 } }
 
     /// Waits for a line starting with `prefix`; returns it.
-    func waitForLine(prefix: String, timeout: Double = 60) async throws -> String {
+    func waitForLine(prefix: String, timeout: Double = TestTiming.slow(seconds: 60)) async throws -> String {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let line = output.first(where: { $0.hasPrefix(prefix) }) { return line }
@@ -252,7 +254,7 @@ final class PythonProcess: @unchecked Sendable {
     }
 
     /// Waits for the process to exit (bounded).
-    func waitForExit(timeout: Double = 60) async throws -> Int32 {
+    func waitForExit(timeout: Double = TestTiming.slow(seconds: 60)) async throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
         if process.isRunning { throw PeerSyncError(.timeout, "python did not exit: \(output.joined(separator: "\n"))") }

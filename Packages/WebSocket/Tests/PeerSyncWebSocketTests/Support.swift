@@ -1,14 +1,15 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncPosix
 import PeerSyncTransport
+import PeerSyncTransportTesting
 @testable import PeerSyncWebSocket
-import Synchronization
 import Testing
 
 /// A self-signed server identity for 127.0.0.1, created once per test process.
 enum TestIdentities {
-    private static let cache = Mutex<TLSIdentity?>(nil)
+    private static let cache = LockedValue<TLSIdentity?>(nil)
 
     static func server() throws -> TLSIdentity {
         try cache.withLock { cached in
@@ -40,6 +41,7 @@ func startEchoServer(tls: Bool = false, subprotocols: [String] = [], requireSubp
     configuration.host = "127.0.0.1"
     configuration.port = 0
     configuration.connection = connection
+    configuration.handshakeTimeout = TestTiming.slow(configuration.handshakeTimeout)
     if tls { configuration.tls = try TestIdentities.serverTLS() }
     configure(&configuration)
     let route = WebSocketRoute(path: nil, subprotocols: subprotocols, requireSubprotocol: requireSubprotocol,
@@ -65,9 +67,10 @@ func echo(_ connection: WebSocketConnection) async {
 func clientOptions(tls: Bool = false) throws -> WebSocketClientOptions {
     var options = WebSocketClientOptions()
     if tls { options.tls = try TestIdentities.clientTLS() }
-    // Generous: these only bound a failure, and CI machines can be heavily loaded.
-    options.connectTimeout = .seconds(20)
-    options.handshakeTimeout = .seconds(20)
+    // Generous: these only bound a failure, and CI machines can be heavily loaded (and
+    // sanitized builds are many times slower).
+    options.connectTimeout = TestTiming.slow(.seconds(20))
+    options.handshakeTimeout = TestTiming.slow(.seconds(20))
     return options
 }
 
@@ -191,7 +194,11 @@ struct RawClient {
     func close() async { await stream.close() }
 }
 
-/// A masked client frame (what a client must send).
-func clientFrame(_ opcode: UInt8, _ payload: [UInt8], fin: Bool = true) -> [UInt8] {
-    rawFrame(fin: fin, opcode: opcode, payload: payload, mask: [0x12, 0x34, 0x56, 0x78])
+/// A masked client frame (what a client must send) with any first byte — FIN, the RSV bits
+/// and the opcode, undefined ones too: the encoder's frame (tested against the RFC in
+/// PeerSyncWebSocketCodecTests) with its first byte replaced.
+func clientFrame(_ opcode: UInt8, _ payload: [UInt8], fin: Bool = true, rsv: UInt8 = 0) -> [UInt8] {
+    var frame = WebSocketFrameEncoder.encode(opcode: .binary, payload: payload, mask: 0x1234_5678)
+    frame[0] = (fin ? 0x80 : 0) | (rsv << 4) | opcode
+    return frame
 }

@@ -1,7 +1,7 @@
 import Foundation
-import Synchronization
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncPosix
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
 import Testing
@@ -639,32 +639,32 @@ struct WebSocketTests {
 // MARK: - Small test helpers
 
 final class RecordedRequests: Sendable {
-    private let requests = Mutex<[HTTPRequest]>([])
+    private let requests = LockedValue<[HTTPRequest]>([])
     func add(_ request: HTTPRequest) { requests.withLock { $0.append(request) } }
     var all: [HTTPRequest] { requests.withLock { $0 } }
 }
 
 final class ConnectionBox: Sendable {
-    private let value = Mutex<WebSocketConnection?>(nil)
+    private let value = LockedValue<WebSocketConnection?>(nil)
     func set(_ connection: WebSocketConnection) { value.withLock { $0 = connection } }
     func get() -> WebSocketConnection? { value.withLock { $0 } }
 }
 
 final class RecordedMessages: Sendable {
-    private let messages = Mutex<[TransportMessage]>([])
+    private let messages = LockedValue<[TransportMessage]>([])
     func add(_ message: TransportMessage) { messages.withLock { $0.append(message) } }
     var all: [TransportMessage] { messages.withLock { $0 } }
 }
 
 final class Counter: Sendable {
-    private let count = Mutex(0)
+    private let count = LockedValue(0)
     func add(_ n: Int) { count.withLock { $0 += n } }
     var value: Int { count.withLock { $0 } }
 }
 
 /// A one-shot gate tasks can wait on.
 final class AsyncLatch: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = LockedValue<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
     func open() {
         let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             s.open = true

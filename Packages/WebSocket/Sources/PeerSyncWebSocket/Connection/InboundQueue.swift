@@ -1,6 +1,5 @@
 import PeerSyncCore
 import PeerSyncTransport
-import Synchronization
 
 /// The received messages of one connection, waiting for `receive()`.
 ///
@@ -9,14 +8,14 @@ import Synchronization
 /// cancellable receives), but specialised for ``TransportMessage`` and with a batch `send`:
 /// the reader hands over everything it decoded from one socket read under one lock and wakes
 /// receivers once, instead of one task switch per small message. Only the connection's reader
-/// task sends. State is behind one Mutex; continuations are resumed outside it.
+/// task sends. State is behind one LockedValue; continuations are resumed outside it.
 final class InboundQueue: Sendable {
     private struct Receiver {
         let id: UInt64
         let continuation: CheckedContinuation<TransportMessage?, any Error>
     }
 
-    private struct State: ~Copyable {
+    private struct State {
         var buffer: [TransportMessage] = []
         var head = 0
         var bytes = 0
@@ -57,7 +56,7 @@ final class InboundQueue: Sendable {
 
     let maxCount: Int
     let maxBytes: Int
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     init(maxCount: Int, maxBytes: Int) {
         self.maxCount = max(1, maxCount)

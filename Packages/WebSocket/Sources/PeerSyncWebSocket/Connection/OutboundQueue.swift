@@ -1,6 +1,5 @@
 import PeerSyncCore
 import PeerSyncTransport
-import Synchronization
 
 /// The frames waiting to be written by a connection's writer task.
 ///
@@ -8,7 +7,7 @@ import Synchronization
 /// possibly several fragments) in FIFO order; the close frame last, after the data accepted
 /// before it (or, if urgent, instead of it). Data is bounded: a sender is admitted while fewer
 /// than `limit` bytes wait (so one message of any size passes alone), else it suspends in FIFO
-/// order. All state is behind one Mutex; continuations are resumed outside it.
+/// order. All state is behind one LockedValue; continuations are resumed outside it.
 final class OutboundQueue: Sendable {
     struct Batch {
         var frames: [[UInt8]]
@@ -21,7 +20,7 @@ final class OutboundQueue: Sendable {
         let continuation: CheckedContinuation<Void, any Error>
     }
 
-    private struct State: ~Copyable {
+    private struct State {
         var control: [[UInt8]] = []
         var data: [[UInt8]] = []
         var dataHead = 0
@@ -57,7 +56,7 @@ final class OutboundQueue: Sendable {
     }
 
     private let limit: Int
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     init(limit: Int) {
         self.limit = max(1, limit)

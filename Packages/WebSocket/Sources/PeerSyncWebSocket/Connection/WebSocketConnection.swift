@@ -5,7 +5,9 @@ import Musl
 #endif
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncPosix
 import PeerSyncTransport
+import PeerSyncWebSocketCodec
 import Synchronization
 
 /// Settings of an open WebSocket connection, both roles.
@@ -135,7 +137,7 @@ public final class WebSocketConnection: MessageConnection {
 }
 
 /// The protocol machinery behind a ``WebSocketConnection``, owned by its tasks (so the public
-/// handle can be dropped while they run). All mutable state is in `state` (a Mutex) or in
+/// handle can be dropped while they run). All mutable state is in `state` (a LockedValue) or in
 /// the thread-safe queues.
 final class WebSocketEngine: Sendable {
     let role: WebSocketRole
@@ -145,12 +147,12 @@ final class WebSocketEngine: Sendable {
     private let lifetimes: LiveCount?
     private let incoming: InboundQueue
     private let outbound: OutboundQueue
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let lastActivity = Atomic<Int64>(monotonicNanoseconds())
     /// Written frames kept for reuse by `encodeMessage` (at most 4).
-    private let recycledFrames = Mutex<[[UInt8]]>([])
+    private let recycledFrames = LockedValue<[[UInt8]]>([])
 
-    private struct State: ~Copyable {
+    private struct State {
         var closeInfo: CloseInfo?
         var closeSent = false
         var closeReceived = false

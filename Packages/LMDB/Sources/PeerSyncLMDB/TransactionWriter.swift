@@ -1,0 +1,210 @@
+import PeerSyncCore
+import PeerSyncStorage
+
+// The ``StorageWriter`` part of ``LMDBTransaction``: each public write runs its core operation
+// through `perform` (which grows the map and replays on `MDB_MAP_FULL`) and then records it in
+// the journal; the cores below write the records and sequence index and keep the keyspace
+// counters, without journaling or growth handling (the replay calls them too).
+extension LMDBTransaction {
+    @discardableResult
+    func put(_ record: Record, in keyspace: String) throws -> UInt64 {
+        try ensureWritable()
+        guard record.key.utf8.count <= Layout.maxRecordKeySize else {
+            throw PeerSyncError(.tooLarge, "the record key is longer than \(Layout.maxRecordKeySize) bytes",
+                                context: ["keyspace": keyspace, "keyLength": String(record.key.utf8.count)])
+        }
+        guard keyspace.utf8.count <= Layout.maxKeyspaceNameSize else {
+            throw PeerSyncError(.tooLarge, "the keyspace name is longer than \(Layout.maxKeyspaceNameSize) bytes",
+                                context: ["keyspace": keyspace])
+        }
+        guard let size = RecordHeader.storedSize(record) else {
+            throw PeerSyncError(.tooLarge, "the record is larger than LMDB's 4 GiB value limit",
+                                context: ["keyspace": keyspace, "key": record.key])
+        }
+        let sequence = try perform { () throws(PeerSyncError) in try putCore(record, keyspace, storedSize: size) }
+        journal.append(.put(record, keyspace: keyspace, sequence: sequence, storedSize: size))
+        journalBytes &+= size &+ record.key.utf8.count &+ 64
+        return sequence
+    }
+
+    @discardableResult
+    func delete(_ key: String, in keyspace: String) throws -> UInt64? {
+        try ensureWritable()
+        let sequence = try perform { () throws(PeerSyncError) in try deleteCore(key, keyspace) }
+        if sequence != nil {
+            journal.append(.delete(key: key, keyspace: keyspace, sequence: sequence))
+            journalBytes &+= key.utf8.count &+ 64
+        }
+        return sequence
+    }
+
+    @discardableResult
+    func purge(_ key: String, in keyspace: String) throws -> Bool {
+        try ensureWritable()
+        let existed = try perform { () throws(PeerSyncError) in try purgeCore(key, keyspace) }
+        if existed {
+            journal.append(.purge(key: key, keyspace: keyspace, existed: true))
+            journalBytes &+= key.utf8.count &+ 64
+        }
+        return existed
+    }
+
+    func dropKeyspace(_ keyspace: String) throws {
+        try ensureWritable()
+        let existed = try perform { () throws(PeerSyncError) in try dropCore(keyspace) }
+        if existed {
+            journal.append(.drop(keyspace: keyspace))
+            journalBytes &+= 64
+        }
+    }
+
+    // MARK: Write internals (no journaling, no growth handling)
+
+    @inline(__always)
+    private func writeCursor(records: Bool) throws(PeerSyncError) -> Cursor {
+        if records {
+            if let c = recordsCursor, c.isUsable { return c }
+            let c = try Cursor(try currentTxn(), env.records)
+            recordsCursor = c
+            return c
+        } else {
+            if let c = sequencesCursor, c.isUsable { return c }
+            let c = try Cursor(try currentTxn(), env.sequences)
+            sequencesCursor = c
+            return c
+        }
+    }
+
+    func putCore(_ record: Record, _ keyspace: String, storedSize: Int) throws(PeerSyncError) -> UInt64 {
+        let ks: KeyspaceState
+        if let existing = try lookupKeyspace(keyspace) { ks = existing } else { ks = try createKeyspace(keyspace) }
+        guard ks.lastSequence < UInt64.max else {
+            throw PeerSyncError(.storage, "sequence numbers are exhausted", context: ["keyspace": keyspace])
+        }
+        let sequence = ks.lastSequence + 1
+        guard let key = keyBuffer.write(prefix: ks.id, text: record.key, limit: Layout.maxLMDBKeySize) else {
+            throw PeerSyncError(.tooLarge, "the record key is too long", context: ["keyspace": keyspace])
+        }
+        let cursor = try writeCursor(records: true)
+        switch try cursor.reserveNew(key: key, size: storedSize, context: ["keyspace": keyspace, "key": record.key]) {
+        case .exists(let stored):
+            // `stored` is the stored record: read what we need before replacing it in place.
+            let old = try RecordHeader.parse(stored)
+            try noteMutation(ks.id, key, old: stored)
+            let data = try cursor.reserveCurrent(key: key, size: storedSize,
+                                                 context: ["keyspace": keyspace, "key": record.key])
+            guard let dest = data.baseAddress else { throw noTransaction() }
+            RecordHeader.encode(record, sequence: sequence, into: dest)
+            try deleteSequenceEntry(ks.id, old.sequence)
+            ks.count(old.flags, -1)
+        case .reserved(let data):
+            guard let dest = data.baseAddress else { throw noTransaction() }
+            RecordHeader.encode(record, sequence: sequence, into: dest)
+            try noteMutation(ks.id, key, old: nil)
+        }
+        try putSequenceEntry(ks.id, sequence, key: record.key)
+        ks.count(record.flags.rawValue, 1)
+        ks.lastSequence = sequence
+        return sequence
+    }
+
+    func deleteCore(_ keyString: String, _ keyspace: String) throws(PeerSyncError) -> UInt64? {
+        guard let ks = try lookupKeyspace(keyspace),
+              let key = keyBuffer.write(prefix: ks.id, text: keyString, limit: Layout.maxLMDBKeySize) else { return nil }
+        let cursor = try writeCursor(records: true)
+        guard let data = try cursor.find(key, context: ["keyspace": keyspace, "key": keyString]) else { return nil }
+        guard ks.lastSequence < UInt64.max else {
+            throw PeerSyncError(.storage, "sequence numbers are exhausted", context: ["keyspace": keyspace])
+        }
+        let old = try RecordHeader.parse(data)
+        try noteMutation(ks.id, key, old: data)
+        // Keep version and extra: copy them out, the node is rewritten below.
+        let kept = old.versionCount + old.extraCount
+        scratch.removeAll(keepingCapacity: true)
+        if kept > 0, let src = data.baseAddress {
+            scratch.append(contentsOf: UnsafeRawBufferPointer(start: src + RecordHeader.size, count: kept))
+        }
+        let sequence = ks.lastSequence + 1
+        let newFlags = old.flags | RecordFlags.deleted.rawValue
+        let newData = try cursor.reserveCurrent(key: key, size: RecordHeader.size + kept,
+                                                context: ["keyspace": keyspace, "key": keyString])
+        guard let dest = newData.baseAddress else { throw noTransaction() }
+        RecordHeader.write(sequence: sequence, flags: newFlags, versionCount: old.versionCount,
+                           extraCount: old.extraCount, to: dest)
+        if kept > 0 {
+            scratch.withUnsafeBytes { src in
+                if let s = src.baseAddress { (dest + RecordHeader.size).copyMemory(from: s, byteCount: kept) }
+            }
+        }
+        try deleteSequenceEntry(ks.id, old.sequence)
+        try putSequenceEntry(ks.id, sequence, key: keyString)
+        ks.count(old.flags, -1)
+        ks.count(newFlags, 1)
+        ks.lastSequence = sequence
+        return sequence
+    }
+
+    func purgeCore(_ keyString: String, _ keyspace: String) throws(PeerSyncError) -> Bool {
+        guard let ks = try lookupKeyspace(keyspace),
+              let key = keyBuffer.write(prefix: ks.id, text: keyString, limit: Layout.maxLMDBKeySize) else { return false }
+        let cursor = try writeCursor(records: true)
+        guard let data = try cursor.find(key, context: ["keyspace": keyspace, "key": keyString]) else { return false }
+        let old = try RecordHeader.parse(data)
+        try noteMutation(ks.id, key, old: data)
+        try cursor.deleteCurrent(context: ["keyspace": keyspace, "key": keyString])
+        try deleteSequenceEntry(ks.id, old.sequence)
+        ks.count(old.flags, -1)
+        return true
+    }
+
+    func dropCore(_ keyspace: String) throws(PeerSyncError) -> Bool {
+        guard let ks = try lookupKeyspace(keyspace) else { return false }
+        if !replaying { try preserveForEnumerations(ks) }
+        mutations &+= 1
+        try deletePrefix(ks.id, in: env.records)
+        try deletePrefix(ks.id, in: env.sequences)
+        if let key = metaBuffer.write(tag: Layout.MetaKey.keyspace, text: keyspace, limit: Layout.maxLMDBKeySize) {
+            _ = try currentTxn().delete(env.meta, key: key, context: ["keyspace": keyspace])
+        }
+        ks.dirty = false
+        keyspaceCache[ByteExactName(name: keyspace)] = .absent
+        if lastKeyspace === ks { lastKeyspace = nil }
+        return true
+    }
+
+    private func deletePrefix(_ id: UInt32, in database: DatabaseHandle) throws(PeerSyncError) {
+        let cursor = try Cursor(try currentTxn(), database)
+        defer { cursor.close() }
+        let prefix = withUnsafeBytes(of: id.bigEndian) { Array($0) }
+        while let entry = try cursor.seek(atOrAfter: seekBuffer.write(prefix)),
+              entry.key.count >= 4, entry.key.loadUnaligned(as: UInt32.self) == id.bigEndian {
+            try cursor.deleteCurrent()
+        }
+    }
+
+    private func putSequenceEntry(_ id: UInt32, _ sequence: UInt64, key: String) throws(PeerSyncError) {
+        let cursor = try writeCursor(records: false)
+        let count = key.utf8.count
+        // Sequences grow, so appending usually works (and packs pages full); when a keyspace
+        // with a higher ID already has entries, it falls back to a normal put.
+        let reserved = try cursor.reserveAppending(key: seekBuffer.write(prefix: id, sequence: sequence), size: count,
+                                                   context: ["key": key])
+        if count > 0, let dest = reserved.baseAddress { copyUTF8(key, to: dest) }
+    }
+
+    private func deleteSequenceEntry(_ id: UInt32, _ sequence: UInt64) throws(PeerSyncError) {
+        let key = seekBuffer.write(prefix: id, sequence: sequence)
+        if try !currentTxn().delete(env.sequences, key: key) {
+            log.warning("LMDB store \(env.directory): sequence \(sequence) was missing from the sequence index")
+        }
+    }
+
+    // MARK: Test hooks
+
+    /// Removes one sequence-index entry behind the store's back (tests of the integrity check).
+    func damageSequenceIndexForTesting(keyspace: String, sequence: UInt64) throws {
+        try ensureWritable()
+        guard let ks = try lookupKeyspace(keyspace) else { return }
+        try deleteSequenceEntry(ks.id, sequence)
+    }
+}
