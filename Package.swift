@@ -7,6 +7,7 @@
 // | Package folder     | Module / product          | Depends on                 | C library          |
 // |--------------------|---------------------------|----------------------------|--------------------|
 // | Packages/Core      | PeerSyncCore              | —                          | —                  |
+// |                    | PeerSyncConformance       | — (suites' shared support) | —                  |
 // | Packages/Storage   | PeerSyncStorage           | Core                       | —                  |
 // |                    | PeerSyncStorageTesting    | Storage (conformance suite)| —                  |
 // | Packages/SQLite    | PeerSyncSQLite            | Storage                    | CSQLite (sqlite3)  |
@@ -104,6 +105,9 @@ let package = Package(
     targets: [
         // MARK: Core
         library("PeerSyncCore", folder: "Core"),
+        // What the conformance suites share (failure type, checks, running every case); not a
+        // product: the testing products re-export it.
+        library("PeerSyncConformance", folder: "Core"),
         tests("PeerSyncCoreTests", folder: "Core", dependencies: ["PeerSyncCore"]),
 
         // MARK: Storage
@@ -148,7 +152,7 @@ let package = Package(
 
         // MARK: Transport
         library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
-        library("PeerSyncTransportTesting", folder: "Transport", dependencies: ["PeerSyncTransport", "PeerSyncCore"]),
+        library("PeerSyncTransportTesting", folder: "Transport", dependencies: ["PeerSyncTransport", "PeerSyncConformance", "PeerSyncCore"]),
         tests("PeerSyncTransportTests", folder: "Transport",
               dependencies: ["PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore"]),
 
@@ -188,7 +192,7 @@ let package = Package(
 
         // MARK: Discovery
         library("PeerSyncDiscovery", folder: "Discovery", dependencies: ["PeerSyncCore"]),
-        library("PeerSyncDiscoveryTesting", folder: "Discovery", dependencies: ["PeerSyncDiscovery", "PeerSyncCore"]),
+        library("PeerSyncDiscoveryTesting", folder: "Discovery", dependencies: ["PeerSyncDiscovery", "PeerSyncConformance", "PeerSyncCore"]),
         tests("PeerSyncDiscoveryTests", folder: "Discovery",
               dependencies: ["PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncCore"]),
 

@@ -93,35 +93,20 @@ public struct DiscoveryConformanceSuite: Sendable {
             throw failure
         } catch let failure as CheckFailure {
             await context.cleanup()
-            throw ConformanceFailure(caseName: name, message: failure.message)
+            throw ConformanceFailure(suite: "discovery", caseName: name, message: failure.message)
         } catch {
             await context.cleanup()
-            throw ConformanceFailure(caseName: name, message: "unexpected error: \(describe(error))")
+            throw ConformanceFailure(suite: "discovery", caseName: name, message: "unexpected error: \(describe(error))")
         }
         await context.cleanup()
     }
 
     /// The outcome of one case in ``runAll()``.
-    public struct CaseResult: Sendable {
-        public let name: String
-        /// `nil` if the case passed.
-        public let failure: ConformanceFailure?
-    }
+    public typealias CaseResult = ConformanceCaseResult
 
     /// Runs every available case one after the other, for callers without a test framework.
     public func runAll() async -> [CaseResult] {
-        var results: [CaseResult] = []
-        for name in availableCaseNames {
-            do {
-                try await run(name)
-                results.append(CaseResult(name: name, failure: nil))
-            } catch let failure as ConformanceFailure {
-                results.append(CaseResult(name: name, failure: failure))
-            } catch {
-                results.append(CaseResult(name: name, failure: ConformanceFailure(caseName: name, message: "\(error)")))
-            }
-        }
-        return results
+        await runConformanceCases(availableCaseNames, suite: "discovery") { try await run($0) }
     }
 
     private func runCase(_ name: String, _ context: CaseContext) async throws {
@@ -138,11 +123,11 @@ public struct DiscoveryConformanceSuite: Sendable {
         case "shutdownWithdraws": try await shutdownWithdraws(context)
         case "survivesOutage":
             guard let outage else {
-                throw ConformanceFailure(caseName: name, message: "needs an outage: create the suite with init(configuration:makeHost:outage:)")
+                throw ConformanceFailure(suite: "discovery", caseName: name, message: "needs an outage: create the suite with init(configuration:makeHost:outage:)")
             }
             try await survivesOutage(context, outage)
         default:
-            throw ConformanceFailure(caseName: name, message: "unknown case; see DiscoveryConformanceSuite.caseNames")
+            throw ConformanceFailure(suite: "discovery", caseName: name, message: "unknown case; see DiscoveryConformanceSuite.caseNames")
         }
     }
 }

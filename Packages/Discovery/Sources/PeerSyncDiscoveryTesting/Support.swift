@@ -1,32 +1,6 @@
+@_exported import PeerSyncConformance
 import PeerSyncCore
 import PeerSyncDiscovery
-
-/// A conformance case failed: the discovery broke the ``Discovery`` contract. `message` says
-/// what was expected and what happened.
-public struct ConformanceFailure: Error, Sendable, CustomStringConvertible {
-    /// The case that failed (one of ``DiscoveryConformanceSuite/caseNames``).
-    public let caseName: String
-    /// What went wrong.
-    public let message: String
-
-    public init(caseName: String, message: String) {
-        self.caseName = caseName
-        self.message = message
-    }
-
-    public var description: String { "discovery conformance case '\(caseName)' failed: \(message)" }
-}
-
-/// A failure inside a case, before the case name is attached.
-struct CheckFailure: Error, CustomStringConvertible {
-    let message: String
-    init(_ message: String) { self.message = message }
-    var description: String { message }
-}
-
-func check(_ condition: Bool, _ message: @autoclosure () -> String) throws {
-    if !condition { throw CheckFailure(message()) }
-}
 
 /// Runs `operation` in its own task and returns its result, or throws a ``CheckFailure``
 /// naming `what` once `timeout` has passed. The task is cancelled then but not waited for, so

@@ -1,33 +1,7 @@
+@_exported import PeerSyncConformance
 import PeerSyncCore
 import PeerSyncTransport
 import Synchronization
-
-/// A conformance case failed: the transport broke the ``MessageConnection`` or
-/// ``TransportListener`` contract. `message` says what was expected and what happened.
-public struct ConformanceFailure: Error, Sendable, CustomStringConvertible {
-    /// The case that failed (one of ``TransportConformanceSuite/caseNames``).
-    public let caseName: String
-    /// What went wrong.
-    public let message: String
-
-    public init(caseName: String, message: String) {
-        self.caseName = caseName
-        self.message = message
-    }
-
-    public var description: String { "transport conformance case '\(caseName)' failed: \(message)" }
-}
-
-/// A failure inside a case, before the case name is attached.
-struct CheckFailure: Error, CustomStringConvertible {
-    let message: String
-    init(_ message: String) { self.message = message }
-    var description: String { message }
-}
-
-func check(_ condition: Bool, _ message: @autoclosure () -> String) throws {
-    if !condition { throw CheckFailure(message()) }
-}
 
 /// Whether `error` is a ``PeerSyncError`` with one of `codes` (any code if `codes` is empty).
 func isPeerSyncError(_ error: any Error, _ codes: [PeerSyncError.Code] = []) -> Bool {

@@ -149,33 +149,18 @@ public struct TransportConformanceSuite: Sendable {
         } catch let failure as ConformanceFailure {
             throw failure
         } catch let failure as CheckFailure {
-            throw ConformanceFailure(caseName: name, message: failure.message)
+            throw ConformanceFailure(suite: "transport", caseName: name, message: failure.message)
         } catch {
-            throw ConformanceFailure(caseName: name, message: "unexpected error: \(describe(error))")
+            throw ConformanceFailure(suite: "transport", caseName: name, message: "unexpected error: \(describe(error))")
         }
     }
 
     /// The outcome of one case in ``runAll()``.
-    public struct CaseResult: Sendable {
-        public let name: String
-        /// `nil` if the case passed.
-        public let failure: ConformanceFailure?
-    }
+    public typealias CaseResult = ConformanceCaseResult
 
     /// Runs every available case one after the other, for callers without a test framework.
     public func runAll() async -> [CaseResult] {
-        var results: [CaseResult] = []
-        for name in availableCaseNames {
-            do {
-                try await run(name)
-                results.append(CaseResult(name: name, failure: nil))
-            } catch let failure as ConformanceFailure {
-                results.append(CaseResult(name: name, failure: failure))
-            } catch {
-                results.append(CaseResult(name: name, failure: ConformanceFailure(caseName: name, message: "\(error)")))
-            }
-        }
-        return results
+        await runConformanceCases(availableCaseNames, suite: "transport") { try await run($0) }
     }
 
     private func runCase(_ name: String) async throws {
@@ -195,7 +180,7 @@ public struct TransportConformanceSuite: Sendable {
         case "listenerAcceptsMany": try await listenerAcceptsMany()
         case "listenerClose": try await listenerClose()
         default:
-            throw ConformanceFailure(caseName: name, message: "unknown case; see TransportConformanceSuite.caseNames")
+            throw ConformanceFailure(suite: "transport", caseName: name, message: "unknown case; see TransportConformanceSuite.caseNames")
         }
     }
 
