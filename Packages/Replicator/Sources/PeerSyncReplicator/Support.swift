@@ -174,3 +174,27 @@ func blobReferences(in value: JSONValue) -> [[String: JSONValue]] {
         return []
     }
 }
+
+extension BLIPConnection {
+    /// Registers `handler` for `profile` (see ``setHandler(profile:concurrent:_:)``), holding
+    /// `owner` weakly so that the connection does not keep its session alive: once `owner` is
+    /// gone, requests get `BLIP`/503.
+    func setHandler<Owner: AnyObject & Sendable>(
+        profile: String, concurrent: Bool = false, owner: Owner,
+        _ handler: @escaping @Sendable (Owner, BLIPRequest) async throws -> BLIPMessage?) {
+        setHandler(profile: profile, concurrent: concurrent) { [weak owner] request in
+            guard let owner else { throw blipError("BLIP", 503, "replication session ended") }
+            return try await handler(owner, request)
+        }
+    }
+
+    /// The streaming-reply form of ``setHandler(profile:concurrent:owner:_:)``.
+    func setStreamingHandler<Owner: AnyObject & Sendable>(
+        profile: String, concurrent: Bool = false, owner: Owner,
+        _ handler: @escaping @Sendable (Owner, BLIPRequest) async throws -> BLIPReply?) {
+        setStreamingHandler(profile: profile, concurrent: concurrent) { [weak owner] request in
+            guard let owner else { throw blipError("BLIP", 503, "replication session ended") }
+            return try await handler(owner, request)
+        }
+    }
+}
