@@ -52,7 +52,7 @@ final class PassiveSession: Sendable {
         }
         await blip.setHandler(profile: "norev", owner: self) { s, r in
             // The pusher will not send that revision; nothing here waits for it.
-            _ = try s.workers(for: r)
+            _ = try s.context.collection(of: r)
             return nil
         }
         await blip.setStreamingHandler(profile: "getAttachment", concurrent: true, owner: self) { s, r in
