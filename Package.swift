@@ -198,6 +198,13 @@ let package = Package(
             path: "Tools/peersync",
             swiftSettings: swiftSettings
         ),
+        // The CLI's commands run in-process (`@testable import peersync`), output captured.
+        .testTarget(
+            name: "PeerSyncCLITests",
+            dependencies: ["peersync", "PeerSyncAuth", "PeerSyncCore"],
+            path: "Tests/PeerSyncCLITests",
+            swiftSettings: swiftSettings
+        ),
 
         // MARK: Examples
         .executableTarget(

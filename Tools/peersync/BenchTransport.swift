@@ -262,13 +262,11 @@ enum TransportBenchmark {
 
     // MARK: Helpers
 
-    final class Holder: @unchecked Sendable {
-        // Protected by `lock`.
-        private var connections: [WebSocketConnection] = []
-        private let lock = NSLock()
-        func add(_ c: WebSocketConnection) { lock.withLock { connections.append(c) } }
-        var all: [WebSocketConnection] { lock.withLock { connections } }
-        var count: Int { lock.withLock { connections.count } }
+    final class Holder: Sendable {
+        private let connections = LockedValue<[WebSocketConnection]>([])
+        func add(_ c: WebSocketConnection) { connections.withLock { $0.append(c) } }
+        var all: [WebSocketConnection] { connections.withLock { $0 } }
+        var count: Int { connections.withLock { $0.count } }
     }
 
     static func median(_ values: [Double]) -> Double { percentile(values, 0.5) }

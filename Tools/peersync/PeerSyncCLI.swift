@@ -1,6 +1,5 @@
 import Foundation
 import PeerSync
-import PeerSyncAuth
 
 /// `peersync`: every PeerSync capability from the shell. Exit codes: 0 success, 1 error (one
 /// line on stderr), 2 usage error.
@@ -40,8 +39,12 @@ struct PeerSyncCLI {
       peersync bench storage [--docs N] [--backend sqlite|lmdb|all] [--json]
       peersync bench transport [--json] [--transports loopback,ws,wss] [--sizes 1024,65536]
                                [--total-mb N] [--repeat N] [--idle N]
-      peersync bench sync [--docs N] [--json] [--transports wss,ws] [--backend sqlite|lmdb] [--timeout S]
-                             push and pull between two peersync processes, beside the raw bulk insert
+      peersync bench sync [--docs N] [--repeat R] [--json] [--transports wss,ws] [--backend sqlite|lmdb]
+                          [--directions push,pull,push-and-pull] [--timeout S]
+                             replication between two peersync processes, beside the raw bulk insert
+      peersync bench sync --against URL [--docs N] [--repeat R] [--json] [--directions push,pull]
+                          [--user U --password P] [--self-signed-only | --pinned-cert FILE | --ca FILE]
+                             the same documents pushed to / pulled from any replication endpoint
       peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]
                                [--usage server|client|both] [--cn NAME] [--days N] [--hostname NAME] [--ip ADDR]
                              --ca: a certificate authority, the only kind of identity --issuer accepts

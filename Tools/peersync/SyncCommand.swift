@@ -33,7 +33,8 @@ import Synchronization
 ///
 /// Hidden option for `peersync bench sync` (not in the usage text): `--stats-json` prints,
 /// after a replication that completed, exactly one JSON line on stdout:
-/// `{"bytes_received":…,"bytes_sent":…,"changes":…,"messages_received":…,"messages_sent":…,"peak_rss_kb":…,"replication_s":…}`.
+/// `{"bytes_received":…,"bytes_sent":…,"changes":…,"messages_received":…,"messages_sent":…,"peak_rss_kb":…,"pulled":…,"pushed":…,"replication_s":…}`
+/// (`pushed`/`pulled`: revisions moved without error, as in the summary line).
 /// `replication_s` runs from `Replicator.start` to the stopped state (database open and
 /// process start-up excluded). The byte counts are what this process's connection(s) sent
 /// and received at the WebSocket level: message payloads plus WebSocket frame headers
@@ -158,6 +159,7 @@ enum SyncCommand {
                     "bytes_sent": .int(Int64(counters.bytesSent)), "bytes_received": .int(Int64(counters.bytesReceived)),
                     "messages_sent": .int(Int64(counters.messagesSent)), "messages_received": .int(Int64(counters.messagesReceived)),
                     "changes": .int(Int64(replicator.status.progress.completed)),
+                    "pushed": .int(Int64(report.counts.pushed)), "pulled": .int(Int64(report.counts.pulled)),
                     "peak_rss_kb": .int(Int64(peakResidentKB(pid: nil) ?? 0)),
                 ]
                 ReplicationCLI.emit(stats.canonicalString)

@@ -2,7 +2,6 @@ import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncReplicator
-import Synchronization
 
 /// What `peersync sync` prints on stdout: one line per conflict as soon as it is resolved
 /// (`conflict on task-2 resolved (merge): merged local 2-3ddfcb89 and remote 2-9a036455`) and,
@@ -17,7 +16,7 @@ import Synchronization
 /// replicator's `ReplicatedDocument` has no "conflict resolved" flag.) Only the active peer —
 /// the `sync` process — resolves conflicts; the listener never does.
 ///
-/// Thread-safety: all state is behind `state` (a `Mutex`); the resolver may call in from any
+/// Thread-safety: all state is behind `state` (a `LockedValue`); the resolver may call in from any
 /// replicator task, the replicator's listeners from its notification queue.
 final class SyncReport: Sendable {
     private struct State {
@@ -31,7 +30,7 @@ final class SyncReport: Sendable {
         var stoppedWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     /// The resolver's name as given by `--conflict` (`default`, `local`, `remote`, `merge`).
     let resolverName: String
 
@@ -97,6 +96,9 @@ final class SyncReport: Sendable {
         }
         timeout.cancel()
     }
+
+    /// Revisions pushed and pulled without error so far.
+    var counts: (pushed: Int, pulled: Int) { state.withLock { ($0.pushed, $0.pulled) } }
 
     /// `sync complete: pushed P, pulled Q revisions, N conflicts resolved`.
     var summary: String {

@@ -1,4 +1,3 @@
-internal import COpenSSL
 import Foundation
 import PeerSyncCore
 
@@ -96,34 +95,21 @@ public struct Certificate: Sendable, Hashable, CustomStringConvertible {
     }
 
     private init(handle: X509Handle, der: [UInt8]) throws(PeerSyncError) {
-        let x = handle.pointer
         derBytes = der
-        subjectName = try Certificate.name(X509_get_subject_name(x))
-        issuerName = try Certificate.name(X509_get_issuer_name(x))
-        commonName = Certificate.commonName(X509_get_subject_name(x))
-        issuerCommonName = Certificate.commonName(X509_get_issuer_name(x))
-        notBefore = try Certificate.date(X509_get0_notBefore(x), "notBefore")
-        notAfter = try Certificate.date(X509_get0_notAfter(x), "notAfter")
-        subjectAlternativeNames = Certificate.alternativeNames(x)
-        serialNumber = try Certificate.serial(x)
-        OpenSSL.clearErrors()
-        isSelfSigned = X509_self_signed(x, 1) == 1
-        isCertificateAuthority = X509_check_ca(x) >= 1
-        let flags = X509_get_extension_flags(x)
-        if flags & UInt32(EXFLAG_INVALID) != 0 {
-            OpenSSL.clearErrors()
+        subjectName = try handle.subjectName()
+        issuerName = try handle.issuerName()
+        commonName = handle.subjectCommonName
+        issuerCommonName = handle.issuerCommonName
+        notBefore = try handle.notBefore()
+        notAfter = try handle.notAfter()
+        subjectAlternativeNames = handle.subjectAlternativeNames
+        serialNumber = try handle.serialNumberHex()
+        isSelfSigned = handle.isSelfSigned
+        isCertificateAuthority = handle.isCertificateAuthority
+        if handle.hasInvalidExtensions {
             throw PeerSyncError(.invalidCertificate, "the certificate has invalid or duplicate extensions")
         }
-        if flags & UInt32(EXFLAG_XKUSAGE) != 0 {
-            let eku = X509_get_extended_key_usage(x)
-            var usages: KeyUsages = []
-            if eku & UInt32(XKU_SSL_CLIENT) != 0 { usages.insert(.clientAuth) }
-            if eku & UInt32(XKU_SSL_SERVER) != 0 { usages.insert(.serverAuth) }
-            keyUsages = usages
-        } else {
-            keyUsages = [.clientAuth, .serverAuth]
-        }
-        OpenSSL.clearErrors()
+        keyUsages = handle.extendedKeyUsages ?? [.clientAuth, .serverAuth]
         sha256Digest = try sha256(der)
     }
 
@@ -153,73 +139,6 @@ public struct Certificate: Sendable, Hashable, CustomStringConvertible {
 
     /// An OpenSSL handle for this certificate (re-parsed; the bytes were validated at init).
     func handle() throws(PeerSyncError) -> X509Handle { try X509Handle(der: derBytes) }
-
-    // MARK: Parsing helpers
-
-    private static func name(_ name: OpaquePointer?) throws(PeerSyncError) -> String {
-        guard let name else { return "" }
-        let bio = try MemoryBIO()
-        let rc = X509_NAME_print_ex(bio.pointer, name, 0, peersync_XN_FLAG_RFC2253_UTF8())
-        try OpenSSL.check(rc, "X509_NAME_print_ex", code: .invalidCertificate, succeeded: { $0 >= 0 })
-        return String(decoding: bio.readAll(), as: UTF8.self)
-    }
-
-    private static func commonName(_ name: OpaquePointer?) -> String? {
-        guard let name else { return nil }
-        let index = X509_NAME_get_index_by_NID(name, NID_commonName, -1)
-        guard index >= 0, let entry = X509_NAME_get_entry(name, index),
-              let data = X509_NAME_ENTRY_get_data(entry) else { return nil }
-        return utf8String(UnsafePointer(data))
-    }
-
-    /// Converts any ASN.1 string type to Swift (NULL on failure).
-    static func utf8String(_ string: UnsafePointer<ASN1_STRING>) -> String? {
-        var out: UnsafeMutablePointer<UInt8>? = nil
-        let length = ASN1_STRING_to_UTF8(&out, string)
-        guard length >= 0, let out else { OpenSSL.clearErrors(); return nil }
-        defer { peersync_OPENSSL_free(out) }
-        return String(decoding: UnsafeBufferPointer(start: out, count: Int(length)), as: UTF8.self)
-    }
-
-    private static func date(_ time: UnsafePointer<ASN1_TIME>?, _ field: String) throws(PeerSyncError) -> Date {
-        var tm = tm()
-        guard let time, ASN1_TIME_to_tm(time, &tm) == 1 else {
-            throw OpenSSL.failure(.invalidCertificate, "the certificate's \(field) time is malformed")
-        }
-        return Date(timeIntervalSince1970: TimeInterval(timegm(&tm)))
-    }
-
-    private static func serial(_ x: OpaquePointer) throws(PeerSyncError) -> String {
-        guard let integer = X509_get0_serialNumber(x) else { return "" }
-        let bn = try OpenSSL.check(ASN1_INTEGER_to_BN(integer, nil), "ASN1_INTEGER_to_BN", code: .invalidCertificate)
-        defer { BN_free(bn) }
-        let hex = try OpenSSL.check(BN_bn2hex(bn), "BN_bn2hex")
-        defer { peersync_OPENSSL_free(hex) }
-        return String(cString: hex)
-    }
-
-    private static func alternativeNames(_ x: OpaquePointer) -> [SubjectAlternativeName] {
-        guard let names = peersync_X509_get_subject_alt_names(x) else { OpenSSL.clearErrors(); return [] }
-        defer { peersync_GENERAL_NAMES_free(names) }
-        let stack = OpaquePointer(names)
-        var out: [SubjectAlternativeName] = []
-        for i in 0..<peersync_sk_GENERAL_NAME_num(stack) {
-            guard let name = peersync_sk_GENERAL_NAME_value(stack, i),
-                  let string = peersync_GENERAL_NAME_string(name) else { continue }
-            let length = Int(ASN1_STRING_length(string))
-            guard length >= 0, let data = ASN1_STRING_get0_data(string) else { continue }
-            let bytes = Array(UnsafeBufferPointer(start: data, count: length))
-            switch peersync_GENERAL_NAME_type(name) {
-            case GEN_DNS: out.append(.dnsName(String(decoding: bytes, as: UTF8.self)))
-            case GEN_EMAIL: out.append(.email(String(decoding: bytes, as: UTF8.self)))
-            case GEN_URI: out.append(.uri(String(decoding: bytes, as: UTF8.self)))
-            case GEN_IPADD:
-                if let text = IPAddress.text(bytes) { out.append(.ipAddress(text)) }
-            default: break
-            }
-        }
-        return out
-    }
 }
 
 /// PEM armour (RFC 7468) in Swift: splitting blocks and encoding.

@@ -1,4 +1,3 @@
-internal import COpenSSL
 import Foundation
 import PeerSyncCore
 
@@ -149,67 +148,44 @@ public struct TLSIdentity: Sendable {
         }
 
         let key = try PrivateKey.generate(keyType)
-        OpenSSL.clearErrors()
-        let x = X509Handle(owning: try OpenSSL.check(X509_new(), "X509_new"))
-        try OpenSSL.check(X509_set_version(x.pointer, 2), "X509_set_version")
-
+        let builder = try X509Builder()
         // Serial: 128 random bits, positive.
         var serialBytes = try randomBytes(16)
         serialBytes[0] = (serialBytes[0] & 0x7F) | 0x01
-        let bn = try OpenSSL.check(BN_bin2bn(serialBytes, Int32(serialBytes.count), nil), "BN_bin2bn")
-        defer { BN_free(bn) }
-        let serial = try OpenSSL.check(BN_to_ASN1_INTEGER(bn, nil), "BN_to_ASN1_INTEGER")
-        defer { ASN1_INTEGER_free(serial) }
-        try OpenSSL.check(X509_set_serialNumber(x.pointer, serial), "X509_set_serialNumber")
-
-        try OpenSSL.check(ASN1_TIME_set(X509_getm_notBefore(x.pointer), time_t(start.timeIntervalSince1970)),
-                          "ASN1_TIME_set(notBefore)")
-        try OpenSSL.check(ASN1_TIME_set(X509_getm_notAfter(x.pointer), time_t(end.timeIntervalSince1970)),
-                          "ASN1_TIME_set(notAfter)")
-
-        let name = try OpenSSL.check(X509_get_subject_name(x.pointer), "X509_get_subject_name")
+        try builder.setSerialNumber(serialBytes)
+        try builder.setValidity(notBefore: start, notAfter: end)
         for attr in subjectOrder {
             guard let value = attributes[attr], let field = subjectKeys[attr] else { continue }
-            let bytes = Array(value.utf8)
-            try OpenSSL.check(X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8, bytes, Int32(bytes.count), -1, 0),
-                              "certificate attribute '\(attr)' is not valid", code: .invalidArgument)
+            try builder.addSubjectEntry(field: field, value: value, attribute: attr)
         }
-        try OpenSSL.check(X509_set_pubkey(x.pointer, key.pointer), "X509_set_pubkey")
+        try builder.setPublicKey(key)
+        try builder.setIssuer(try issuer?.certificate.handle())
 
-        let issuerHandle = try issuer?.certificate.handle()
-        let issuerX = issuerHandle?.pointer ?? x.pointer
-        try OpenSSL.check(X509_set_issuer_name(x.pointer, X509_get_subject_name(issuerX)), "X509_set_issuer_name")
-
-        var extensions: [(Int32, String)] = []
+        var extensions: [(X509ExtensionKind, String)] = []
         if isCA {
-            extensions.append((NID_basic_constraints, "critical,CA:TRUE"))
-            extensions.append((NID_key_usage, "critical,keyCertSign,cRLSign,digitalSignature"))
+            extensions.append((.basicConstraints, "critical,CA:TRUE"))
+            extensions.append((.keyUsage, "critical,keyCertSign,cRLSign,digitalSignature"))
         } else {
-            extensions.append((NID_basic_constraints, "critical,CA:FALSE"))
-            extensions.append((NID_key_usage, key.isRSA ? "critical,digitalSignature,keyEncipherment"
-                                                        : "critical,digitalSignature"))
+            extensions.append((.basicConstraints, "critical,CA:FALSE"))
+            extensions.append((.keyUsage, key.isRSA ? "critical,digitalSignature,keyEncipherment"
+                                                    : "critical,digitalSignature"))
             var eku: [String] = []
             if usages.contains(.serverAuth) { eku.append("serverAuth") }
             if usages.contains(.clientAuth) { eku.append("clientAuth") }
-            extensions.append((NID_ext_key_usage, eku.joined(separator: ",")))
+            extensions.append((.extendedKeyUsage, eku.joined(separator: ",")))
         }
-        extensions.append((NID_subject_key_identifier, "hash"))
-        if issuer != nil { extensions.append((NID_authority_key_identifier, "keyid:always")) }
+        extensions.append((.subjectKeyIdentifier, "hash"))
+        if issuer != nil { extensions.append((.authorityKeyIdentifier, "keyid:always")) }
         let altNames = altNameKeys.keys.sorted().compactMap { attr -> String? in
             guard let value = attributes[attr], let prefix = altNameKeys[attr] else { return nil }
             return "\(prefix):\(value)"
         }
-        if !altNames.isEmpty { extensions.append((NID_subject_alt_name, altNames.joined(separator: ","))) }
-        for (nid, value) in extensions {
-            let ext = try OpenSSL.check(peersync_X509V3_ext(issuerX, x.pointer, nid, value),
-                                        "certificate extension '\(value)' is not valid", code: .invalidArgument)
-            defer { X509_EXTENSION_free(ext) }
-            try OpenSSL.check(X509_add_ext(x.pointer, ext, -1), "X509_add_ext")
+        if !altNames.isEmpty { extensions.append((.subjectAlternativeName, altNames.joined(separator: ","))) }
+        for (kind, value) in extensions {
+            try builder.addExtension(kind, value)
         }
 
-        let signer = issuer?.privateKey ?? key
-        try OpenSSL.check(X509_sign(x.pointer, signer.pointer, EVP_sha256()), "X509_sign", succeeded: { $0 > 0 })
-        let leaf = try Certificate(handle: x)
+        let leaf = try Certificate(handle: try builder.sign(with: issuer?.privateKey ?? key))
         return TLSIdentity(certs: [leaf] + (issuer?.certs ?? []), privateKey: key)
     }
 
@@ -244,30 +220,10 @@ public struct TLSIdentity: Sendable {
         guard !data.isEmpty, data.count < 16 << 20 else {
             throw PeerSyncError(.invalidCertificate, "PKCS#12 data is empty or larger than 16 MiB")
         }
-        OpenSSL.clearErrors()
-        let parsed: OpaquePointer? = data.withUnsafeBufferPointer { buffer in
-            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
-            return d2i_PKCS12(nil, &cursor, buffer.count)
-        }
-        let p12 = try OpenSSL.check(parsed, "not a PKCS#12 file (nor PEM text)", code: .invalidCertificate)
-        defer { PKCS12_free(p12) }
-        if PKCS12_mac_present(p12) == 1 {
-            try OpenSSL.check(PKCS12_verify_mac(p12, password, -1), "the password does not open the PKCS#12 file",
-                              code: .wrongPassword)
-        }
-        var keyPointer: OpaquePointer? = nil
-        var certPointer: OpaquePointer? = nil
-        var caPointer: OpaquePointer? = nil
-        let rc = PKCS12_parse(p12, password, &keyPointer, &certPointer, &caPointer)
-        let key = keyPointer.map(PrivateKey.init(owning:))
-        let leaf = certPointer.map(X509Handle.init(owning:))
-        let extra = X509Stack.handles(of: caPointer)
-        if let caPointer { peersync_sk_X509_pop_free(caPointer) }
-        try OpenSSL.check(rc, "cannot read the PKCS#12 contents (unsupported encryption or corrupt file)",
-                          code: .invalidCertificate)
-        guard let key else { throw PeerSyncError(.invalidCertificate, "the PKCS#12 file holds no private key") }
+        let contents = try PKCS12File.parse(data, password: password)
+        guard let key = contents.key else { throw PeerSyncError(.invalidCertificate, "the PKCS#12 file holds no private key") }
         var certificates: [Certificate] = []
-        for handle in (leaf.map { [$0] } ?? []) + extra { certificates.append(try Certificate(handle: handle)) }
+        for handle in contents.certificates { certificates.append(try Certificate(handle: handle)) }
         return try assemble(certificates: certificates, key: key)
     }
 
@@ -311,23 +267,26 @@ public struct TLSIdentity: Sendable {
         guard !password.isEmpty else {
             throw PeerSyncError(.invalidArgument, "a PKCS#12 export needs a non-empty password")
         }
-        let leaf = try certificate.handle()
-        var extras: [X509Handle] = []
-        for cert in certs.dropFirst() { extras.append(try cert.handle()) }
-        let stack = try X509Stack(extras)
-        OpenSSL.clearErrors()
-        let name = friendlyName ?? certificate.commonName ?? "identity"
-        let p12 = try OpenSSL.check(PKCS12_create(password, name, privateKey.pointer, leaf.pointer, stack.pointer,
-                                                  0, 0, 0, 0, 0), "PKCS12_create")
-        defer { PKCS12_free(p12) }
-        let length = i2d_PKCS12(p12, nil)
-        try OpenSSL.check(length, "i2d_PKCS12", succeeded: { $0 > 0 })
-        var out = [UInt8](repeating: 0, count: Int(length))
-        let written = out.withUnsafeMutableBufferPointer { buffer in
-            var cursor = buffer.baseAddress
-            return i2d_PKCS12(p12, &cursor)
-        }
-        try OpenSSL.check(written, "i2d_PKCS12", succeeded: { $0 == length })
-        return out
+        let chain = try chainHandles()
+        return try PKCS12File.create(password: password, friendlyName: friendlyName ?? certificate.commonName ?? "identity",
+                                     key: privateKey, leaf: chain.leaf, extras: chain.issuers)
+    }
+
+    /// Writes ``exportPKCS12(password:friendlyName:)``'s file to `path`, replacing any file
+    /// there: created with mode `0600` (readable by the owner only), written to a temporary
+    /// file and renamed into place, so no reader ever sees a partial file. A synchronous
+    /// file-system call.
+    /// - Throws: as ``exportPKCS12(password:friendlyName:)``; ``PeerSyncError/Code/io`` when
+    ///   the file cannot be written.
+    public func exportPKCS12(toFile path: String, password: String, friendlyName: String? = nil) throws(PeerSyncError) {
+        let bytes = try exportPKCS12(password: password, friendlyName: friendlyName)
+        try FileIO.writeAtomically(bytes, to: path)
+    }
+
+    /// OpenSSL handles for the chain: the leaf and the certificates after it.
+    func chainHandles() throws(PeerSyncError) -> (leaf: X509Handle, issuers: [X509Handle]) {
+        var issuers: [X509Handle] = []
+        for cert in certs.dropFirst() { issuers.append(try cert.handle()) }
+        return (try certificate.handle(), issuers)
     }
 }

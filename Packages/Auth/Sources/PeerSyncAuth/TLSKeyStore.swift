@@ -99,6 +99,18 @@ public struct TLSKeyStore: Sendable {
         }
     }
 
+    /// The certificate chain saved under `label` (leaf first), read without the private key:
+    /// no passphrase is needed, so it suits listing and showing identities. `nil` if there is
+    /// none.
+    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for a malformed label,
+    ///   ``PeerSyncError/Code/invalidCertificate`` for a malformed certificate file,
+    ///   ``PeerSyncError/Code/io`` or ``PeerSyncError/Code/corrupt`` when it cannot be read.
+    public func certificates(withLabel label: String) throws(PeerSyncError) -> [Certificate]? {
+        try TLSKeyStore.validate(label: label)
+        guard let certText = try FileIO.readText(certPath(label)) else { return nil }
+        return try Certificate.certificates(fromPEM: certText)
+    }
+
     /// Deletes the identity saved under `label`.
     /// - Throws: ``PeerSyncError/Code/notFound`` if there is none.
     public func deleteIdentity(withLabel label: String) throws(PeerSyncError) {

@@ -1,4 +1,3 @@
-internal import COpenSSL
 import PeerSyncCore
 
 /// TLS over any ``ByteStream`` (TCP, BLE L2CAP, an in-memory pipe), with OpenSSL 3.
@@ -33,14 +32,14 @@ public final class TLSStream: ByteStream {
     public let configuration: TLSConfiguration
 
     private let underlying: any ByteStream
-    private let connection: SSLConnection
+    private let connection: TLSEngine
     private let writeGate = AsyncLock()
 
     /// The peer's leaf certificate, if it sent one.
     public var peerCertificate: Certificate? { peerCertificateChain.first }
     public var remoteAddress: String? { underlying.remoteAddress }
 
-    private init(underlying: any ByteStream, connection: SSLConnection, configuration: TLSConfiguration,
+    private init(underlying: any ByteStream, connection: TLSEngine, configuration: TLSConfiguration,
                  chain: [Certificate], version: TLSVersion, cipher: String, serverName: String?) {
         self.underlying = underlying
         self.connection = connection
@@ -59,7 +58,7 @@ public final class TLSStream: ByteStream {
     public static func handshake(over stream: any ByteStream,
                                  configuration: TLSConfiguration) async throws(PeerSyncError) -> TLSStream {
         try configuration.validate()
-        let connection = try SSLConnection(configuration: configuration)
+        let connection = try TLSEngine(configuration: configuration)
         let timedOut = Flag()
         let outcome: Result<TLSStream, PeerSyncError> = await withTaskCancellationHandler {
             await race(connection: connection, stream: stream, configuration: configuration, timedOut: timedOut)
@@ -89,7 +88,7 @@ public final class TLSStream: ByteStream {
     }
 
     /// The handshake raced against the configured timeout.
-    private static func race(connection: SSLConnection, stream: any ByteStream, configuration: TLSConfiguration,
+    private static func race(connection: TLSEngine, stream: any ByteStream, configuration: TLSConfiguration,
                              timedOut: Flag) async -> Result<TLSStream, PeerSyncError> {
         await withTaskGroup(of: Result<TLSStream, PeerSyncError>?.self) { group in
             group.addTask {
@@ -119,7 +118,7 @@ public final class TLSStream: ByteStream {
         }
     }
 
-    private static func run(connection: SSLConnection, over stream: any ByteStream,
+    private static func run(connection: TLSEngine, over stream: any ByteStream,
                             configuration: TLSConfiguration) async throws(PeerSyncError) -> TLSStream {
         while true {
             if Task.isCancelled { throw PeerSyncError(.cancelled, "the TLS handshake was cancelled") }
@@ -247,341 +246,9 @@ private func mapUnderlying(_ error: any Error) -> PeerSyncError {
     return PeerSyncError(.io, "the underlying stream failed: \(error)")
 }
 
-/// The result of one OpenSSL call.
-enum SSLStep {
-    case done
-    case wantRead
-    case wantWrite
-    /// The peer sent `close_notify`.
-    case closed
-    case failed(PeerSyncError)
-}
-
-/// One `SSL*` with its memory BIOs. Every OpenSSL call on it happens inside `state`'s lock,
-/// synchronously (OpenSSL's per-thread error queue is read in the same critical section).
-final class SSLConnection: Sendable {
-    private struct State {
-        let ssl: OpaquePointer
-        /// Ciphertext from the peer goes in here (owned by `ssl`).
-        let networkIn: OpaquePointer
-        /// Ciphertext for the peer comes out of here (owned by `ssl`).
-        let networkOut: OpaquePointer
-        /// Ciphertext taken from `networkOut`, waiting to be written, in order.
-        var outbound: [UInt8] = []
-        /// A fatal error: every later operation fails with it.
-        var failure: PeerSyncError?
-        var handshakeDone = false
-        var sentCloseNotify = false
-    }
-
-    /// Protects the `SSL*` and its BIOs (the lock the C handle lives under).
-    private let state: Locked<State>
-    let session: TrustSession
-    private let role: TLSConfiguration.Role
-
-    init(configuration: TLSConfiguration) throws(PeerSyncError) {
-        role = configuration.role
-        switch configuration.role {
-        case .client:
-            session = TrustSession(mode: .server(configuration.serverTrust, hostname: configuration.serverName))
-        case .server:
-            session = TrustSession(mode: .client(configuration.clientCertificateValidation ?? .callback({ _ in true })))
-        }
-        let context = try SSLContext(configuration: configuration)
-        OpenSSL.clearErrors()
-        let ssl = try OpenSSL.check(SSL_new(context.pointer), "SSL_new")
-        guard let input = BIO_new(BIO_s_mem()) else {
-            SSL_free(ssl)
-            throw OpenSSL.failure(.cryptoFailure, "BIO_new")
-        }
-        guard let output = BIO_new(BIO_s_mem()) else {
-            BIO_free(input)
-            SSL_free(ssl)
-            throw OpenSSL.failure(.cryptoFailure, "BIO_new")
-        }
-        SSL_set_bio(ssl, input, output)
-        state = Locked(State(ssl: ssl, networkIn: input, networkOut: output))
-        // The session outlives every callback: `self` holds it and frees `ssl` in deinit.
-        let sessionPointer = Unmanaged.passUnretained(session).toOpaque()
-        try state.withLock { (s: inout State) throws(PeerSyncError) in
-            try OpenSSL.check(SSL_set_ex_data(s.ssl, 0, sessionPointer), "SSL_set_ex_data")
-            switch configuration.role {
-            case .client:
-                SSL_set_connect_state(s.ssl)
-                if let name = configuration.serverName, !IPAddress.isLiteral(name),
-                   !(name.hasPrefix("[") && name.hasSuffix("]")) {
-                    try OpenSSL.check(Int32(peersync_SSL_set_tlsext_host_name(s.ssl, name)),
-                                      "'\(name)' cannot be sent as SNI", code: .invalidArgument)
-                }
-            case .server:
-                SSL_set_accept_state(s.ssl)
-            }
-        }
-    }
-
-    deinit {
-        state.withLock { s in SSL_free(s.ssl) }
-    }
-
-    // MARK: Steps (each one critical section)
-
-    func handshakeStep() -> SSLStep {
-        state.withLock { s in
-            if let failure = s.failure { return .failed(failure) }
-            OpenSSL.clearErrors()
-            let rc = SSL_do_handshake(s.ssl)
-            let step = classify(&s, rc, handshake: true)
-            if case .done = step { s.handshakeDone = true }
-            drain(&s)
-            return step
-        }
-    }
-
-    func readStep(maxBytes: Int) -> ([UInt8]?, SSLStep) {
-        state.withLock { s in
-            if let failure = s.failure { return (nil, .failed(failure)) }
-            // SSL_read returns at most one record's plaintext (16 KiB).
-            let capacity = min(maxBytes, 16 * 1024)
-            var buffer = [UInt8](repeating: 0, count: capacity)
-            OpenSSL.clearErrors()
-            let rc = buffer.withUnsafeMutableBytes { SSL_read(s.ssl, $0.baseAddress, Int32($0.count)) }
-            let step: SSLStep = rc > 0 ? .done : classify(&s, rc, handshake: false)
-            drain(&s)
-            if rc > 0 {
-                buffer.removeSubrange(Int(rc)...)
-                return (buffer, .done)
-            }
-            return (nil, step)
-        }
-    }
-
-    func writeStep(_ bytes: [UInt8]) throws(PeerSyncError) {
-        try state.withLock { (s: inout State) throws(PeerSyncError) in
-            if let failure = s.failure { throw failure }
-            if s.sentCloseNotify { throw PeerSyncError(.closed, "the TLS stream's output is shut down") }
-            guard !bytes.isEmpty else { return }
-            OpenSSL.clearErrors()
-            let rc = bytes.withUnsafeBytes { SSL_write(s.ssl, $0.baseAddress, Int32($0.count)) }
-            let step: SSLStep = rc > 0 ? .done : classify(&s, rc, handshake: false)
-            drain(&s)
-            switch step {
-            case .done:
-                if Int(rc) != bytes.count {
-                    throw PeerSyncError(.internalError, "SSL_write wrote \(rc) of \(bytes.count) bytes")
-                }
-            case .failed(let error):
-                throw error
-            case .closed:
-                throw PeerSyncError(.closed, "the peer closed TLS")
-            case .wantRead, .wantWrite:
-                // Only renegotiation could make a write wait for input; it is disabled.
-                let error = PeerSyncError(.tlsError, "TLS write needs a renegotiation, which PeerSync does not support")
-                s.failure = error
-                throw error
-            }
-        }
-    }
-
-    /// Sends `close_notify` once (after a successful handshake). Returns true the first time.
-    func shutdownStep() -> Bool {
-        state.withLock { s in
-            guard s.handshakeDone, s.failure == nil, !s.sentCloseNotify else { return false }
-            s.sentCloseNotify = true
-            OpenSSL.clearErrors()
-            _ = SSL_shutdown(s.ssl)
-            OpenSSL.clearErrors()
-            drain(&s)
-            return true
-        }
-    }
-
-    /// Hands ciphertext received from the peer to OpenSSL.
-    func feed(_ bytes: [UInt8]) throws(PeerSyncError) {
-        try state.withLock { (s: inout State) throws(PeerSyncError) in
-            if let failure = s.failure { throw failure }
-            guard !bytes.isEmpty else { return }
-            OpenSSL.clearErrors()
-            let written = bytes.withUnsafeBytes { BIO_write(s.networkIn, $0.baseAddress, Int32($0.count)) }
-            try OpenSSL.check(written, "BIO_write", succeeded: { $0 == Int32(bytes.count) })
-        }
-    }
-
-    /// Marks the connection failed (if it is not already); later operations throw `error`.
-    func fail(_ error: PeerSyncError) {
-        state.withLock { s in
-            if s.failure == nil { s.failure = error }
-        }
-    }
-
-    func takeOutbound() -> [UInt8] {
-        state.withLock { s in
-            let out = s.outbound
-            s.outbound = []
-            return out
-        }
-    }
-
-    var hasOutbound: Bool { state.withLock { !$0.outbound.isEmpty } }
-
-    func negotiated() -> (version: TLSVersion, cipher: String, serverName: String?) {
-        state.withLock { s in
-            let version = TLSVersion(rawValue: Int(SSL_version(s.ssl))) ?? .v1_2
-            let cipher = SSL_get_current_cipher(s.ssl).flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) } ?? ""
-            let name = SSL_get_servername(s.ssl, TLSEXT_NAMETYPE_host_name).map { String(cString: $0) }
-            return (version, cipher, name)
-        }
-    }
-
-    // MARK: Helpers (called with the lock held)
-
-    /// Moves OpenSSL's pending output into `outbound`.
-    private func drain(_ s: inout State) {
-        while true {
-            let pending = BIO_ctrl_pending(s.networkOut)
-            if pending == 0 { return }
-            var chunk = [UInt8](repeating: 0, count: min(Int(pending), 64 * 1024))
-            let n = chunk.withUnsafeMutableBytes { BIO_read(s.networkOut, $0.baseAddress, Int32($0.count)) }
-            if n <= 0 { return }
-            s.outbound.append(contentsOf: chunk[0..<Int(n)])
-        }
-    }
-
-    /// Turns an SSL call's result into a step; fatal errors are remembered in `s.failure`.
-    private func classify(_ s: inout State, _ rc: Int32, handshake: Bool) -> SSLStep {
-        let code = SSL_get_error(s.ssl, rc)
-        switch code {
-        case SSL_ERROR_NONE:
-            return .done
-        case SSL_ERROR_WANT_READ:
-            return .wantRead
-        case SSL_ERROR_WANT_WRITE:
-            return .wantWrite
-        case SSL_ERROR_ZERO_RETURN:
-            return .closed
-        default:
-            let error = failure(handshake: handshake)
-            s.failure = error
-            return .failed(error)
-        }
-    }
-
-    /// The typed error for a failed SSL call, from our trust verdict or OpenSSL's error queue.
-    private func failure(handshake: Bool) -> PeerSyncError {
-        let queued = OpenSSL.drainErrors()
-        if let verdict = session.failure { return verdict }
-        let sslErrors = queued.filter { $0.library == ERR_LIB_SSL }
-        let last = sslErrors.last ?? queued.last
-        var context: [String: String] = [:]
-        if let last { context["openssl"] = last.text }
-        if let last, last.library == ERR_LIB_SSL {
-            if last.reason == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE {
-                return .untrusted(.noCertificate, "the client presented no certificate but one is required",
-                                  context: context)
-            }
-            let offset = Int32(SSL_AD_REASON_OFFSET)
-            if last.reason > offset, last.reason < offset + 256 {
-                let alert = last.reason - offset
-                context["alert"] = "\(alert)"
-                if alert == 40, role == .client, session.certificateRequestedButMissing {
-                    return PeerSyncError(.certificateRejected,
-                                         "the server requires a client certificate and none is configured (TLS alert handshake_failure)",
-                                         context: context)
-                }
-                if TLSAlert.certificateAlerts.contains(alert) {
-                    return PeerSyncError(.certificateRejected,
-                                         "the peer rejected our certificate (TLS alert \(TLSAlert.name(alert)))",
-                                         context: context)
-                }
-                return PeerSyncError(handshake ? .tlsHandshakeFailed : .tlsError,
-                                     "the peer sent TLS alert \(TLSAlert.name(alert))", context: context)
-            }
-        }
-        if handshake {
-            return PeerSyncError(.tlsHandshakeFailed, "TLS handshake failed: \(last?.text ?? "connection error")",
-                                 context: context)
-        }
-        return PeerSyncError(.tlsError, "TLS failed: \(last?.text ?? "connection error")", context: context)
-    }
-}
-
-/// TLS alert numbers (RFC 8446 §6) that mean "your certificate is not acceptable".
-enum TLSAlert {
-    static let certificateAlerts: Set<Int32> = [42, 43, 44, 45, 46, 48, 49, 116]
-
-    static func name(_ alert: Int32) -> String {
-        switch alert {
-        case 10: return "unexpected_message"
-        case 20: return "bad_record_mac"
-        case 40: return "handshake_failure"
-        case 42: return "bad_certificate"
-        case 43: return "unsupported_certificate"
-        case 44: return "certificate_revoked"
-        case 45: return "certificate_expired"
-        case 46: return "certificate_unknown"
-        case 47: return "illegal_parameter"
-        case 48: return "unknown_ca"
-        case 49: return "access_denied"
-        case 50: return "decode_error"
-        case 51: return "decrypt_error"
-        case 70: return "protocol_version"
-        case 71: return "insufficient_security"
-        case 80: return "internal_error"
-        case 112: return "unrecognized_name"
-        case 116: return "certificate_required"
-        case 120: return "no_application_protocol"
-        default: return "\(alert)"
-        }
-    }
-}
-
-/// An owned `SSL_CTX*` configured from a ``TLSConfiguration``; freed in `deinit`. Used only
-/// while creating one `SSL` (which keeps its own reference), so it needs no lock.
-private final class SSLContext {
-    let pointer: OpaquePointer
-
-    init(configuration: TLSConfiguration) throws(PeerSyncError) {
-        OpenSSL.clearErrors()
-        let method = configuration.role == .client ? TLS_client_method() : TLS_server_method()
-        pointer = try OpenSSL.check(SSL_CTX_new(method), "SSL_CTX_new")
-        _ = SSL_CTX_set_options(pointer, peersync_ssl_default_options())
-        try OpenSSL.check(Int32(peersync_SSL_CTX_set_min_proto_version(pointer, Int32(configuration.minimumVersion.rawValue))),
-                          "SSL_CTX_set_min_proto_version")
-        try OpenSSL.check(Int32(peersync_SSL_CTX_set_max_proto_version(pointer, Int32(configuration.maximumVersion.rawValue))),
-                          "SSL_CTX_set_max_proto_version")
-        _ = peersync_SSL_CTX_set_session_cache_off(pointer)
-        try OpenSSL.check(SSL_CTX_set_num_tickets(pointer, 0), "SSL_CTX_set_num_tickets")
-
-        if let identity = configuration.identity {
-            let leaf = try identity.certificate.handle()
-            var extras: [X509Handle] = []
-            for cert in identity.certs.dropFirst() { extras.append(try cert.handle()) }
-            let chain = try X509Stack(extras)
-            try OpenSSL.check(SSL_CTX_use_cert_and_key(pointer, leaf.pointer, identity.privateKey.pointer, chain.pointer, 1),
-                              "the identity's certificate and key cannot be used for TLS", code: .invalidCertificate)
-        }
-        switch configuration.role {
-        case .client:
-            SSL_CTX_set_verify(pointer, SSL_VERIFY_PEER, nil)
-            SSL_CTX_set_cert_verify_callback(pointer, certificateVerifyCallback, nil)
-            if configuration.identity == nil {
-                SSL_CTX_set_client_cert_cb(pointer, clientCertificateRequestedCallback)
-            }
-        case .server:
-            if configuration.clientCertificateValidation != nil {
-                SSL_CTX_set_verify(pointer, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nil)
-                SSL_CTX_set_cert_verify_callback(pointer, certificateVerifyCallback, nil)
-            } else {
-                SSL_CTX_set_verify(pointer, SSL_VERIFY_NONE, nil)
-            }
-        }
-    }
-
-    deinit { SSL_CTX_free(pointer) }
-}
-
 /// A boolean that is set once, from any task.
 final class Flag: Sendable {
-    private let value = Locked(false)
+    private let value = LockedValue(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
 }

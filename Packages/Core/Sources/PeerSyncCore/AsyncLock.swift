@@ -1,5 +1,3 @@
-import Foundation
-
 /// A FIFO asynchronous mutual-exclusion lock: tasks wait for it by suspending, never by
 /// blocking a thread, so it may guard a critical section that contains `await`.
 ///
@@ -10,13 +8,14 @@ import Foundation
 /// - Every successful ``acquire()`` / ``tryAcquire()`` must be paired with exactly one
 ///   ``release()``; prefer ``withLock(_:)``, which releases on return and on throw.
 /// - Waiting is not cancellable: a cancelled task still waits for its turn.
-/// - Safe to use from any task or thread. The internal state is guarded by an `NSLock`
-///   (not `Synchronization.Mutex`, whose futex locking ThreadSanitizer on Linux cannot see),
+/// - Safe to use from any task or thread. The internal state is guarded by a ``LockedValue``
 ///   held only for a few instructions, never across a suspension.
-public final class AsyncLock: @unchecked Sendable {
-    private let lock = NSLock()
-    private var locked = false                                  // protected by `lock`
-    private var waiters: [CheckedContinuation<Void, Never>] = [] // protected by `lock`
+public final class AsyncLock: Sendable {
+    private struct State {
+        var locked = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = LockedValue(State())
 
     /// Creates an unlocked lock.
     public init() {}
@@ -24,46 +23,42 @@ public final class AsyncLock: @unchecked Sendable {
     /// Suspends until the lock is free, then takes it.
     public func acquire() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            lock.lock()
-            if !locked {
-                locked = true
-                lock.unlock()
-                continuation.resume()
-            } else {
-                waiters.append(continuation)
-                lock.unlock()
+            let acquired = state.withLock { state in
+                if state.locked {
+                    state.waiters.append(continuation)
+                    return false
+                }
+                state.locked = true
+                return true
             }
+            if acquired { continuation.resume() }
         }
     }
 
     /// Takes the lock if it is free right now; returns whether it did (never waits).
     public func tryAcquire() -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if locked { return false }
-        locked = true
-        return true
+        state.withLock { state in
+            if state.locked { return false }
+            state.locked = true
+            return true
+        }
     }
 
     /// Hands the lock to the oldest waiter, or unlocks it if nobody waits.
     public func release() {
-        lock.lock()
-        let next: CheckedContinuation<Void, Never>?
-        if waiters.isEmpty {
-            locked = false
-            next = nil
-        } else {
-            next = waiters.removeFirst()
+        let next: CheckedContinuation<Void, Never>? = state.withLock { state in
+            if state.waiters.isEmpty {
+                state.locked = false
+                return nil
+            }
+            return state.waiters.removeFirst()
         }
-        lock.unlock()
         next?.resume()
     }
 
     /// How many tasks wait in ``acquire()`` now (for tests).
     var waiterCount: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return waiters.count
+        state.withLock { $0.waiters.count }
     }
 
     /// Runs `body` while holding the lock and releases it afterwards, also when `body` throws.

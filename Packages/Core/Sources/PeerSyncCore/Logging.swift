@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// Log levels, most verbose first (Couchbase Lite's `LogLevel`).
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable, CustomStringConvertible {
@@ -88,7 +87,7 @@ public final class FileLogSink: LogSink {
     public let maxKeptFiles: Int
 
     /// The open file and its size; every write and rotation holds this lock.
-    private let state: Mutex<(handle: FileHandle?, size: Int)>
+    private let state: LockedValue<(handle: FileHandle?, size: Int)>
 
     public init(directory: String, level: LogLevel = .info, domains: LogDomain = .all,
                 maxSize: Int = 512 * 1024, maxKeptFiles: Int = 2) throws {
@@ -103,7 +102,7 @@ public final class FileLogSink: LogSink {
             throw PeerSyncError(.io, "cannot create log directory: \(error.localizedDescription)",
                                 context: ["path": directory])
         }
-        state = Mutex((nil, 0))
+        state = LockedValue((nil, 0))
     }
 
     var currentPath: String { directory + "/peersync.log" }
@@ -145,7 +144,7 @@ public final class FileLogSink: LogSink {
 /// The process-wide log configuration (Couchbase Lite's `LogSinks`): one console sink, one
 /// file sink and one custom sink, each optional. Thread-safe.
 public enum LogSinks {
-    private static let sinks = Mutex<(console: (any LogSink)?, file: (any LogSink)?, custom: (any LogSink)?)>(
+    private static let sinks = LockedValue<(console: (any LogSink)?, file: (any LogSink)?, custom: (any LogSink)?)>(
         (ConsoleLogSink(level: .warning), nil, nil))
 
     /// Default: warnings and errors of every domain to standard error.

@@ -14,7 +14,7 @@ let log = Logger(.database)
 /// Owns one `MDB_env*`, closed in `deinit` (or earlier by ``close()``).
 ///
 /// `@unchecked Sendable`: `pointer` is set in `init` and cleared only by ``close()``, which
-/// ``LMDBEnvironment`` calls while holding its ``WriterLock`` and its ``TransactionGate``
+/// ``LMDBEnvironment`` calls while holding its ``StorageWriterLock`` and its ``TransactionGate``
 /// exclusively; every other use of the pointer holds the gate shared or the writer lock.
 final class EnvHandle: @unchecked Sendable {
     private(set) var pointer: OpaquePointer?
@@ -84,7 +84,7 @@ final class LMDBEnvironment: @unchecked Sendable {
     let meta: MDB_dbi
     let pageSize: Int
     let gate = TransactionGate()
-    let writerLock = WriterLock()
+    let writerLock = StorageWriterLock()
     let fileLock: FileLock
     private var noSync: Bool
     /// Set when the map could not be remapped: the environment cannot be used any more.
@@ -503,7 +503,7 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     /// Closes the environment once no transaction of this process runs. Idempotent.
     func close(_ deadline: Deadline) throws(PeerSyncError) {
-        try writerLock.acquire(deadline, directory: directory)
+        try writerLock.acquire(timeout: deadline.remaining, context: ["directory": directory])
         defer { writerLock.release() }
         try gate.lockExclusive(deadline, directory: directory)
         defer { gate.unlockExclusive() }
@@ -530,8 +530,7 @@ final class EnvironmentRegistry: @unchecked Sendable {
         init(_ environment: LMDBEnvironment) { self.environment = environment }
     }
 
-    private let lock = NSLock()
-    private var entries: [DirectoryID: Entry] = [:]
+    private let entries = LockedValue<[DirectoryID: Entry]>([:])
 
     func acquire(directory: String, options: StorageOptions) throws(PeerSyncError) -> LMDBEnvironment {
         guard !directory.isEmpty else {
@@ -558,33 +557,30 @@ final class EnvironmentRegistry: @unchecked Sendable {
             throw PeerSyncError(.invalidArgument, "the store path is not a directory", context: ["directory": directory])
         }
         let id = DirectoryID(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
-        lock.lock()
-        defer { lock.unlock() }
-        if let entry = entries[id] {
-            entry.references += 1
-            return entry.environment
+        return try entries.withLock { (entries) throws(PeerSyncError) -> LMDBEnvironment in
+            if let entry = entries[id] {
+                entry.references += 1
+                return entry.environment
+            }
+            let environment = try LMDBEnvironment(directory: directory, options: options)
+            entries[id] = Entry(environment)
+            return environment
         }
-        let environment = try LMDBEnvironment(directory: directory, options: options)
-        entries[id] = Entry(environment)
-        return environment
     }
 
     /// Drops one reference; the last one closes the environment (waiting, up to `deadline`,
     /// for this process's transactions on it to end).
     func release(_ environment: LMDBEnvironment, _ deadline: Deadline) throws(PeerSyncError) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let (id, entry) = entries.first(where: { $0.value.environment === environment }) else { return }
-        entry.references -= 1
-        guard entry.references == 0 else { return }
-        do {
+        try entries.withLock { (entries) throws(PeerSyncError) in
+            guard let (id, entry) = entries.first(where: { $0.value.environment === environment }) else { return }
+            entry.references -= 1
+            guard entry.references == 0 else { return }
+            // Still open when this throws (a transaction outlived the deadline): it stays
+            // registered, so that a new open of this directory reuses it instead of opening
+            // LMDB a second time.
             try environment.close(deadline)
-        } catch {
-            // Still open (a transaction outlived the deadline): keep it registered, so that a
-            // new open of this directory reuses it instead of opening LMDB a second time.
-            throw error
+            entries[id] = nil
         }
-        entries[id] = nil
     }
 
     /// Whether this process has the store in `directory` open (for tests).
@@ -592,8 +588,6 @@ final class EnvironmentRegistry: @unchecked Sendable {
         var st = stat()
         guard stat(directory, &st) == 0 else { return false }
         let id = DirectoryID(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
-        lock.lock()
-        defer { lock.unlock() }
-        return entries[id] != nil
+        return entries.withLock { $0[id] != nil }
     }
 }

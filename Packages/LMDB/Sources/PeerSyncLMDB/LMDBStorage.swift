@@ -1,7 +1,6 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -74,14 +73,14 @@ public struct LMDBStorageBackend: StorageBackend {
 
 /// An open LMDB store. Thread-safe: each call runs on the calling thread.
 ///
-/// `Sendable`: `environment` is itself `Sendable`; `isClosed` is a `Mutex`.
+/// `Sendable`: `environment` is itself `Sendable`; `isClosed` is a `LockedValue`.
 final class LMDBStorage: Storage {
     var backendName: String { "lmdb" }
     let directory: String
     let options: StorageOptions
     let environment: LMDBEnvironment
     private let registered: Bool
-    private let isClosed = Mutex(false)
+    private let isClosed = LockedValue(false)
 
     init(environment: LMDBEnvironment, directory: String, options: StorageOptions, registered: Bool) {
         self.environment = environment
@@ -111,7 +110,7 @@ final class LMDBStorage: Storage {
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
         try checkOpen()
         let deadline = Deadline(options.busyTimeout)
-        try environment.writerLock.acquire(deadline, directory: directory)
+        try environment.writerLock.acquire(timeout: deadline.remaining, context: ["directory": directory])
         defer { environment.writerLock.release() }
         // With the writer lock held the environment cannot close under us.
         guard environment.handle.pointer != nil else {

@@ -32,38 +32,6 @@ struct Deadline: Sendable {
     }
 }
 
-/// Serializes the write transactions of one process on one environment, with a timeout and
-/// detection of a nested write on the same thread (which would otherwise wait forever).
-///
-/// `@unchecked Sendable`: `owner` is only read and written while `condition` is locked.
-final class WriterLock: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var owner: pthread_t?
-
-    func acquire(_ deadline: Deadline, directory: String) throws(PeerSyncError) {
-        let me = pthread_self()
-        condition.lock()
-        defer { condition.unlock() }
-        if let owner, pthread_equal(owner, me) != 0 {
-            throw PeerSyncError(.storage, "write transactions do not nest: this thread is already in one",
-                                context: ["directory": directory])
-        }
-        while owner != nil {
-            if !condition.wait(until: deadline.date), owner != nil, deadline.hasPassed {
-                throw deadline.busyError("the write lock (another thread's write transaction)", directory: directory)
-            }
-        }
-        owner = me
-    }
-
-    func release() {
-        condition.lock()
-        owner = nil
-        condition.signal()
-        condition.unlock()
-    }
-}
-
 /// Readers/exclusive gate around every LMDB transaction of one environment in this process.
 ///
 /// Every transaction (read or write) holds it shared for its whole life; changing the map size
@@ -156,7 +124,7 @@ final class TransactionGate: @unchecked Sendable {
 /// descriptor of the file never drops them (unlike `fcntl` locks).
 ///
 /// `@unchecked Sendable`: `fd` is written only in `init` and `close()`; `close()` runs while
-/// the owning environment holds its ``WriterLock`` and exclusive ``TransactionGate``, so no
+/// the owning environment holds its ``StorageWriterLock`` and exclusive ``TransactionGate``, so no
 /// `lock`/`unlock` can run concurrently.
 final class FileLock: @unchecked Sendable {
     private var fd: Int32

@@ -6,7 +6,6 @@ import PeerSyncDatabase
 import PeerSyncReplicator
 import PeerSyncTransport
 import PeerSyncWebSocket
-import Synchronization
 
 extension PeerSyncError.Code {
     /// The listener cannot do what was asked in its current state (e.g. started twice).
@@ -106,7 +105,7 @@ public final class URLEndpointListener: Sendable {
         var stoppable: ActiveStoppable?
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     /// Serializes start() and stop().
     private let lifecycle = AsyncLock()
 

@@ -1,3 +1,4 @@
+import PeerSyncCore
 import PeerSyncTransport
 
 /// One direction of a loopback link.

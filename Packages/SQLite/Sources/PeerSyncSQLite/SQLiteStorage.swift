@@ -23,7 +23,7 @@ import Darwin
 ///
 /// Thread safety (`@unchecked Sendable`): `writer` is only touched while holding `writeLock`;
 /// idle reader connections live in the `readerPool` mutex, and a checked-out reader is used by
-/// the one thread that checked it out; `closed` and `writeOwner` are atomics.
+/// the one thread that checked it out; `closed` is an atomic.
 final class SQLiteStorage: Storage, @unchecked Sendable {
     let backendName = "sqlite"
     let directory: String
@@ -32,19 +32,17 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
     private let busyTimeoutMilliseconds: Int32
 
     /// Serializes write transactions (and close) within this process.
-    private let writeLock = NSLock()
+    /// A nested `write` (or `close` inside `write`) on one thread is an error, not a self-deadlock.
+    private let writeLock = StorageWriterLock()
     /// Protected by `writeLock`; nil once closed.
     private var writer: SQLiteConnection?
-    /// The thread inside `write` (0 = none): turns a nested `write` (or `close`) on that thread
-    /// into an error instead of a self-deadlock.
-    private let writeOwner = Atomic<UInt>(0)
     private let closed = Atomic<Bool>(false)
 
     private struct ReaderPool {
         var idle: [SQLiteConnection] = []
         var closed = false
     }
-    private let readerPool = Mutex(ReaderPool())
+    private let readerPool = LockedValue(ReaderPool())
     /// Idle reader connections kept open; more are opened on demand (never blocks) and closed
     /// when they come back to a full pool.
     private static let maxIdleReaders = 4
@@ -201,22 +199,13 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
 
     @discardableResult
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
-        let thread = currentThreadID()
-        guard writeOwner.load(ordering: .relaxed) != thread else {
-            throw PeerSyncError(.storage, "write transactions do not nest", context: ["path": path])
-        }
         try checkOpen()
         let start = ContinuousClock.now
-        guard writeLock.lock(before: Date(timeIntervalSinceNow: seconds(options.busyTimeout))) else {
-            throw PeerSyncError(.busy, "another write transaction in this process held the store past the busy timeout",
-                                context: ["path": path])
-        }
-        defer { writeLock.unlock() }
+        try writeLock.acquire(timeout: options.busyTimeout, context: ["path": path])
+        defer { writeLock.release() }
         guard let writer else {
             throw PeerSyncError(.closed, "the store is closed", context: ["path": path])
         }
-        writeOwner.store(thread, ordering: .relaxed)
-        defer { writeOwner.store(0, ordering: .relaxed) }
 
         if !writer.isAutocommit { writer.rollbackAfterFailure(forgetKeyspaces: true) }
         // The in-process wait used part of the busy timeout; SQLite's lock gets the rest.
@@ -239,18 +228,18 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
 
     /// The writer connection's value of `PRAGMA <name>` (for tests).
     func writerPragma(_ name: String) throws -> String? {
-        writeLock.lock()
-        defer { writeLock.unlock() }
-        guard let writer else { throw PeerSyncError(.closed, "the store is closed", context: ["path": path]) }
-        return try writer.queryFirstText("PRAGMA \(name)")
+        try writeLock.withLock(timeout: nil) {
+            guard let writer else { throw PeerSyncError(.closed, "the store is closed", context: ["path": path]) }
+            return try writer.queryFirstText("PRAGMA \(name)")
+        }
     }
 
     func close() throws {
-        guard writeOwner.load(ordering: .relaxed) != currentThreadID() else {
+        guard !writeLock.isHeldByCurrentThread else {
             throw PeerSyncError(.storage, "close() called inside a write transaction", context: ["path": path])
         }
-        writeLock.lock()  // waits for a running write transaction to finish
-        defer { writeLock.unlock() }
+        try writeLock.acquire(timeout: nil, context: ["path": path])  // waits for a running write transaction to finish
+        defer { writeLock.release() }
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let idle = readerPool.withLock { pool in
             pool.closed = true
@@ -284,13 +273,4 @@ func milliseconds(_ duration: Duration) -> Int32 {
 func seconds(_ duration: Duration) -> Double {
     let (seconds, attoseconds) = duration.components
     return max(0, Double(seconds) + Double(attoseconds) / 1e18)
-}
-
-/// An identifier of the calling thread, never 0.
-func currentThreadID() -> UInt {
-    #if canImport(Darwin)
-    return UInt(bitPattern: pthread_self())
-    #else
-    return UInt(pthread_self())
-    #endif
 }

@@ -1,6 +1,5 @@
 import Foundation
 import PeerSyncCore
-import Synchronization
 
 /// The in-memory storage backend (name `"memory"`): for tests, caches and throw-away
 /// databases.
@@ -60,7 +59,7 @@ public struct MemoryStorageBackend: StorageBackend {
 
 /// Process-wide map from standardized directory path to shared store data.
 enum MemoryStoreRegistry {
-    static let stores = Mutex<[String: SharedMemoryStore]>([:])
+    static let stores = LockedValue<[String: SharedMemoryStore]>([:])
 
     static func key(for directory: String) throws -> String {
         guard !directory.isEmpty else {
@@ -73,42 +72,9 @@ enum MemoryStoreRegistry {
 /// The data shared by every handle opened on one directory.
 final class SharedMemoryStore: Sendable {
     /// The last committed state. Readers copy it (O(1)); the one writer replaces it on commit.
-    let committed = Mutex(StoreData())
+    let committed = LockedValue(StoreData())
     /// Serializes writers.
-    let writeLock = WriteLock()
-}
-
-/// A write lock with a timeout and detection of nested transactions on one thread.
-///
-/// `@unchecked Sendable`: `owner` is only read and written while `condition` is locked.
-final class WriteLock: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var owner: pthread_t?
-
-    func acquire(timeout: Duration) throws {
-        let me = pthread_self()
-        condition.lock()
-        defer { condition.unlock() }
-        if let owner, pthread_equal(owner, me) != 0 {
-            throw PeerSyncError(.storage, "write transactions do not nest: this thread is already in one")
-        }
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) * 1e-18
-        let deadline = Date(timeIntervalSinceNow: max(0, seconds))
-        while owner != nil {
-            if !condition.wait(until: deadline), owner != nil {
-                throw PeerSyncError(.busy, "another writer held the in-memory store longer than busyTimeout",
-                                    context: ["busyTimeout": "\(timeout)"])
-            }
-        }
-        owner = me
-    }
-
-    func release() {
-        condition.lock()
-        owner = nil
-        condition.signal()
-        condition.unlock()
-    }
+    let writeLock = StorageWriterLock()
 }
 
 /// An open in-memory store. Thread-safe; every method runs on the calling thread and only
@@ -118,7 +84,7 @@ public final class MemoryStorage: Storage {
     public let directory: String
     public let options: StorageOptions
     private let shared: SharedMemoryStore
-    private let isClosed = Mutex(false)
+    private let isClosed = LockedValue(false)
 
     init(shared: SharedMemoryStore, directory: String, options: StorageOptions) {
         self.shared = shared

@@ -1,7 +1,6 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -196,7 +195,7 @@ final class ChildProcess: Sendable {
 
     /// What the stdout thread and the termination handler share with the case thread.
     private final class Shared: Sendable {
-        let state = Mutex(State())
+        let state = LockedValue(State())
         /// Signalled on every new output and at the end of output.
         let changed = DispatchSemaphore(value: 0)
         /// Signalled when the process exited.

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import PeerSyncCore
 
 /// Runs blocking `body` on a new thread (not the cooperative pool) and awaits its result.
 func runOnNewThread<T: Sendable>(name: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
@@ -20,7 +20,7 @@ func runOnNewThread<T: Sendable>(name: String, _ body: @escaping @Sendable () th
 /// A thread started by a case, whose result the case collects with ``join(timeout:)``.
 final class CaseThread<T: Sendable>: Sendable {
     private final class Box: Sendable {
-        let result = Mutex<Result<T, any Error>?>(nil)
+        let result = LockedValue<Result<T, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
     }
 

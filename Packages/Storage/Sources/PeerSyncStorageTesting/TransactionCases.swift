@@ -2,7 +2,6 @@ import Dispatch
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
-import Synchronization
 
 /// Rollback, a writer's view of its own changes, snapshot isolation, concurrent writers.
 enum TransactionCases {

@@ -2,7 +2,9 @@ import Foundation
 import PeerSyncAuth
 import PeerSyncCore
 import Testing
+@testable import peersync
 
+/// `peersync identity ...`, run in-process with its output captured.
 @Suite(.timeLimit(.minutes(1))) struct IdentityCommandTests {
     struct Run {
         let status: Int32
@@ -16,8 +18,20 @@ import Testing
         return Run(status: status, out: out, err: err)
     }
 
+    /// A fresh directory for one test, removed by `cleanup()`.
+    struct Scratch {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-cli-\(UUID().uuidString)").path
+        init() throws { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        func file(_ name: String) -> String { path + "/" + name }
+        func cleanup() { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    static func permissions(_ path: String) throws -> Int {
+        (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue ?? -1
+    }
+
     @Test func fullLifecycle() throws {
-        let dir = try TempDir()
+        let dir = try Scratch()
         defer { dir.cleanup() }
         let ks = ["--keystore", dir.file("ks")]
 
@@ -52,7 +66,7 @@ import Testing
         let p12 = dir.file("node1.p12")
         r = Self.run(["export", "--label", "node1", "--p12", p12, "--password", "pw"] + ks)
         #expect(r.status == 0, "\(r.err)")
-        #expect(try KeyStoreTests.mode(p12) == 0o600)
+        #expect(try Self.permissions(p12) == 0o600)
         r = Self.run(["import", p12, "--label", "node1-copy", "--password", "pw"] + ks)
         #expect(r.status == 0, "\(r.err)")
         let store = TLSKeyStore(directory: dir.file("ks"))
@@ -71,7 +85,7 @@ import Testing
     }
 
     @Test func failuresExitOneWithOneLine() throws {
-        let dir = try TempDir()
+        let dir = try Scratch()
         defer { dir.cleanup() }
         let ks = ["--keystore", dir.path]
         #expect(Self.run(["create", "--label", "a"] + ks).status == 0)
@@ -97,7 +111,7 @@ import Testing
     /// An issuer that is not a CA: exit 1, one line on stderr (no usage text) that says how to
     /// make a CA, and nothing created.
     @Test func nonCAIssuerIsOneLineThatPointsToCA() throws {
-        let dir = try TempDir()
+        let dir = try Scratch()
         defer { dir.cleanup() }
         let ks = ["--keystore", dir.path]
         #expect(Self.run(["create", "--label", "plain"] + ks).status == 0)
@@ -110,7 +124,7 @@ import Testing
     }
 
     @Test func usageErrorsExitTwo() throws {
-        let dir = try TempDir()
+        let dir = try Scratch()
         defer { dir.cleanup() }
         let ks = ["--keystore", dir.path]
         for args in [[], ["frobnicate"], ["create"] + ks, ["create", "--label"], ["create", "--label", "a", "--bogus"] + ks,

@@ -6,12 +6,14 @@ import Musl
 import Darwin
 #endif
 
-/// A value guarded by a pthread mutex; the value is only reachable inside ``withLock(_:)``.
+/// PeerSync's one lock type: a value guarded by a pthread mutex, reachable only inside
+/// ``withLock(_:)``. Every module uses it (`package` access) instead of `Synchronization.Mutex`,
+/// `NSLock` or its own wrapper; a lock that guards no value is a `LockedValue<Void>`.
 ///
-/// Used instead of `Synchronization.Mutex` because on Linux ThreadSanitizer does not see
-/// `Mutex`'s contended (futex) path and reports false "Swift access races" inside `withLock`;
-/// with a pthread mutex a TSan run of the transports (and of everything running over them) is
-/// meaningful. Shared by the PeerSync transport modules (`package` access).
+/// A pthread mutex rather than `Synchronization.Mutex`: on Linux ThreadSanitizer does not see
+/// `Mutex`'s contended (futex) path and reports false "Swift access races" inside `withLock`
+/// (see `Tools/sanitizers/`); with a pthread mutex a TSan run is meaningful without a shim.
+/// Not recursive: calling back into the same lock from `body` deadlocks.
 package final class LockedValue<Value>: @unchecked Sendable {
     // `mutex` guards `value`. Allocated once, destroyed in deinit.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
@@ -37,5 +39,15 @@ package final class LockedValue<Value>: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
+    }
+}
+
+extension LockedValue where Value == Void {
+    /// A lock that guards no value (it serializes a critical section).
+    package convenience init() { self.init(()) }
+
+    /// Runs `body` while holding the lock.
+    package func withLock<Result, E: Error>(_ body: () throws(E) -> Result) throws(E) -> Result {
+        try withLock { (_: inout Void) throws(E) -> Result in try body() }
     }
 }

@@ -1,8 +1,9 @@
 import Foundation
+import PeerSyncAuth
 import PeerSyncCore
 
 /// `peersync identity ...`: create, list, export, import and delete TLS identities in a
-/// keystore directory (see ``TLSKeyStore``).
+/// keystore directory (`TLSKeyStore`), through PeerSyncAuth's public API only.
 ///
 /// ```
 /// peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]
@@ -15,21 +16,21 @@ import PeerSyncCore
 /// ```
 /// `--ca` creates an issuer (certificate authority) for `--issuer`; `--hostname`/`--ip` add
 /// subject alternative names a TLS client checks. Defaults: self-signed, usage `both`, CN =
-/// label, 365 days, keystore ``TLSKeyStore/defaultDirectory(environment:)``. `export --pem`
+/// label, 365 days, keystore `TLSKeyStore.defaultDirectory()`. `export --pem`
 /// prints the certificate chain only, never the key. `import` reads PKCS#12 or PEM.
 ///
 /// Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.
-public enum IdentityCommand {
+enum IdentityCommand {
     /// Runs the command; `args` are the words after `identity` (a leading `identity` is
     /// skipped). Prints to standard output and standard error.
-    public static func run(_ args: [String]) -> Int32 {
+    static func run(_ args: [String]) -> Int32 {
         run(args, output: { FileHandle.standardOutput.write(Data($0.utf8)) },
             errorOutput: { FileHandle.standardError.write(Data($0.utf8)) })
     }
 
     /// Runs the command with explicit output sinks (each call receives whole lines,
     /// newline included).
-    public static func run(_ args: [String], output: (String) -> Void, errorOutput: (String) -> Void) -> Int32 {
+    static func run(_ args: [String], output: (String) -> Void, errorOutput: (String) -> Void) -> Int32 {
         var words = args
         if words.first == "identity" { words.removeFirst() }
         guard let sub = words.first else {
@@ -136,8 +137,7 @@ public enum IdentityCommand {
             // reported in place and does not hide the others.
             let cert: Certificate
             do throws(PeerSyncError) {
-                let text = try FileIO.readText(store.directory + "/" + label + ".pem") ?? ""
-                guard let first = try Certificate.certificates(fromPEM: text).first else {
+                guard let first = try store.certificates(withLabel: label)?.first else {
                     throw PeerSyncError(.invalidCertificate, "no certificate in the file")
                 }
                 cert = first
@@ -164,8 +164,7 @@ public enum IdentityCommand {
         if pem {
             output(identity.certificatesPEM())
         } else if let file = p12, let password {
-            let bytes = try identity.exportPKCS12(password: password, friendlyName: label)
-            try FileIO.writeAtomically(bytes, to: file)
+            try identity.exportPKCS12(toFile: file, password: password, friendlyName: label)
             output("exported \(label) to \(file)\n")
         }
     }
@@ -194,11 +193,8 @@ public enum IdentityCommand {
 
     // MARK: Argument parsing
 
-    struct UsageError: Error {
-        let message: String
-        init(_ message: String) { self.message = message }
-    }
-
+    /// The words after the subcommand: `--flag`, `--name value` (once each) and up to
+    /// `positional` other words. Mistakes are ``UsageError``s (exit 2).
     struct Options {
         var flags: Set<String> = []
         var values: [String: String] = [:]
