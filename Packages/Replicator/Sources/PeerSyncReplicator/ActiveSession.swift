@@ -37,7 +37,7 @@ final class ActiveSession: Sendable {
             pull ? Puller(context: context, index: i, collection: sc, inserter: inserter, acceptsDeltas: true,
                           enableAutoPurge: enableAutoPurge) : nil
         }
-        for puller in pullers.compactMap({ $0 }) { context.onStop { await puller.stop() } }
+        for puller in pullers.compactMap({ $0 }) { context.onStop { [weak puller] in await puller?.stop() } }
     }
 
     /// Why the session failed on its own side, if it did (see ``SessionContext/fail(_:)``).

@@ -1,7 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
 import PeerSyncDatabase
-import PeerSyncTransport  // LockedValue (moving to PeerSyncCore under the same name)
 
 /// The passive side of one replication connection. The role is which workers exist: a
 /// ``Responder`` (`getCollections`, checkpoints) and, per collection the peer uses, a
@@ -86,9 +85,9 @@ final class PassiveSession: Sendable {
             return (new, true)
         }
         if created {
-            context.onStop {
-                await workers.pusher.stop()
-                await workers.puller.stop()
+            context.onStop { [weak pusher = workers.pusher, weak puller = workers.puller] in
+                await pusher?.stop()
+                await puller?.stop()
             }
         }
         return workers

@@ -225,45 +225,42 @@ actor Puller {
     /// is new; anything else — even a revision known here on another branch — is refused with
     /// `{"status":409,"rev":<current>}` before the body travels. An invalid document ID is 400.
     func handleProposedChanges(_ request: BLIPRequest) async throws -> BLIPMessage? {
-        if readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
-        let entries = try changeEntries(request)
-        if entries.isEmpty { return BLIPMessage(type: .response, body: Array("[]".utf8)) }
-        let trees = try await readTrees(entries, docIDAt: 0)
-        var answers: [JSONValue] = []
-        for entry in entries {
-            let (e, docID, revID) = try Self.parse(entry, docIDAt: 0)
-            guard refuseInvalid(docID, &answers) else { continue }
+        try await answerPushedBatch(request, docIDAt: 0) { e, _, revID, revs in
             let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
-            guard let revs = trees[docID] else { answers.append(.int(0)); continue }
-            if revs.currentRevID == revID { answers.append(.int(304)); continue }
-            if serverRev == revs.currentRevID {
-                answers.append(.int(0))
-            } else {
-                answers.append(.object(["status": .int(409), "rev": .string(revs.currentRevID.description)]))
-            }
+            guard let revs else { return .int(0) }
+            if revs.currentRevID == revID { return .int(304) }
+            if serverRev == revs.currentRevID { return .int(0) }
+            return .object(["status": .int(409), "rev": .string(revs.currentRevID.description)])
         }
-        return reply(answers)
     }
 
     /// `changes` from a pusher (a legacy client): answers 0 for revisions known here, the
     /// revisions this side has of the document otherwise (whether the pushed revision is a
     /// fast-forward is decided when it arrives, ``handlePushedRev(_:)``).
     func handlePushedChanges(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        try await answerPushedBatch(request, docIDAt: 1) { _, docID, revID, revs in
+            guard let revs, revs.revision(revID) != nil else { return Self.knownRevisions(revs) }
+            context.setPeerRevision(index, docID, revID)
+            return .int(0)
+        }
+    }
+
+    /// A batch the peer pushes: refused with `HTTP`/403 when read-only; each entry answered by
+    /// `answer` with the document's revision tree (all read in one transaction), except an
+    /// invalid document ID (400, reported).
+    private func answerPushedBatch(
+        _ request: BLIPRequest, docIDAt offset: Int,
+        _ answer: (_ entry: [JSONValue], _ docID: String, _ revID: RevisionID, _ revs: DocumentRevisions?) -> JSONValue
+    ) async throws -> BLIPMessage {
         if readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
         let entries = try changeEntries(request)
         if entries.isEmpty { return BLIPMessage(type: .response, body: Array("[]".utf8)) }
-        let trees = try await readTrees(entries, docIDAt: 1)
+        let trees = try await readTrees(entries, docIDAt: offset)
         var answers: [JSONValue] = []
         for entry in entries {
-            let (_, docID, revID) = try Self.parse(entry, docIDAt: 1)
+            let (e, docID, revID) = try Self.parse(entry, docIDAt: offset)
             guard refuseInvalid(docID, &answers) else { continue }
-            let revs = trees[docID]
-            if let revs, revs.revision(revID) != nil {
-                answers.append(.int(0))
-                context.setPeerRevision(index, docID, revID)
-                continue
-            }
-            answers.append(Self.knownRevisions(revs))
+            answers.append(answer(e, docID, revID, trees[docID]))
         }
         return reply(answers)
     }

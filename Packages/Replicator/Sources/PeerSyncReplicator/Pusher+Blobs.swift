@@ -2,7 +2,6 @@ import Foundation
 import PeerSyncBLIP
 import PeerSyncCore
 import PeerSyncDatabase
-import PeerSyncTransport  // LockedValue (moving to PeerSyncCore under the same name)
 
 /// The pushing side of blobs (protocol notes §9): answers `getAttachment` by streaming the
 /// stored blob (`compress: true` honoured) and `proveAttachment` by hashing the nonce and the

@@ -3,7 +3,6 @@ import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncTransport
-import Synchronization
 
 /// Direction of a replicator (Couchbase Lite's `ReplicatorType`).
 public enum ReplicatorType: Sendable, Hashable {
@@ -179,7 +178,7 @@ public final class Replicator: Sendable {
         var connectionGotGoing = false
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let queue = DispatchQueue(label: "peersync.replicator.listeners")
 
     /// Throws `.invalidArgument` for a configuration without collections, a non-positive

@@ -1,7 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
 import PeerSyncDatabase
-import PeerSyncTransport  // LockedValue (moving to PeerSyncCore under the same name)
 
 /// What a session reports while it runs (all optional; called from the workers' tasks, never
 /// with a worker suspended in the middle of an update).
@@ -215,8 +214,9 @@ final class SessionContext: Sendable {
         if first { Task { await self.stop() } }
     }
 
-    /// Registers what ``stop()`` must do to a worker (cancel its tasks, release its waiters).
-    /// After the session stopped, `action` runs at once (in a new task).
+    /// Registers what ``stop()`` must do to a worker (cancel its tasks, release its waiters);
+    /// `action` should hold the worker weakly (workers hold the context). After the session
+    /// stopped, `action` runs at once (in a new task).
     func onStop(_ action: @escaping @Sendable () async -> Void) {
         let closed = state.withLock { s -> Bool in
             if !s.closed { s.stopActions.append(action) }
