@@ -12,8 +12,10 @@ import PeerSyncDatabase
 /// Used by the ``Puller`` (a pulled revision conflicts, or the peer's current revision lies
 /// on a branch resolved away here) and by the ``Pusher`` (a proposal refused with 409 names
 /// such a revision). A passive side never resolves: it refuses every push that is not a
-/// fast-forward. Stateless; every method reads the document again and may run concurrently
-/// with other writers (a document that changed meanwhile is looked at again).
+/// fast-forward. Stateless; callers run it as the document's only conflict handling in the
+/// session (``SessionContext/handlingConflicts(of:isolation:_:)``), so the resolver is asked
+/// once per conflict; other writers (the app, other sessions) may still change the document
+/// meanwhile, which is detected and looked at again.
 struct ConflictResolution: Sendable {
     let collection: SessionCollection
 

@@ -79,24 +79,27 @@ extension Puller {
         }
         // Blobs first: the revision is only inserted once every blob it references is stored.
         let pins = try await fetchMissingBlobs(of: incoming)
-        let outcome: RevisionInsertOutcome
-        do {
-            outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: true))
-        } catch {
-            throw pulledStorageFailure(error, incoming, sequence: sequence)
-        }
-        let (result, treeAfter) = try Self.inserted(outcome)
-        withExtendedLifetime(pins) {}
-        notStored = false
-        context.setPeerRevision(index, docID, revID)
-        var docError: PeerSyncError?
-        if result.inserted {
+        // Stored and resolved as the document's only conflict handling meanwhile, so the tree
+        // read back by the insertion is still the one to resolve.
+        let docError = try await context.handlingConflicts(of: docID) { () async throws -> PeerSyncError? in
+            let outcome: RevisionInsertOutcome
+            do {
+                outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: true))
+            } catch {
+                throw pulledStorageFailure(error, incoming, sequence: sequence)
+            }
+            let (result, treeAfter) = try Self.inserted(outcome)
+            notStored = false
+            context.setPeerRevision(index, docID, revID)
+            guard result.inserted else { return nil }
             do {
                 try await ConflictResolution(collection: collection).resolveIfConflicted(docID: docID, pulled: revID, tree: treeAfter)
+                return nil
             } catch {
-                docError = (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
+                return (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
             }
         }
+        withExtendedLifetime(pins) {}
         context.events.progress(1, 0)
         context.events.documents(DocumentReplication(isPush: false, documents: [
             ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: docError),

@@ -181,7 +181,11 @@ actor Puller {
         // if they had just been pulled, so that this side's next push is a fast-forward.
         let resolution = ConflictResolution(collection: collection)
         for (docID, revID) in behindPeer {
-            do { try await resolution.resolveAgainstPeer(docID: docID, serverRev: revID) } catch {
+            do {
+                _ = try await context.handlingConflicts(of: docID) {
+                    try await resolution.resolveAgainstPeer(docID: docID, serverRev: revID)
+                }
+            } catch {
                 reportError(docID, (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)"))
             }
         }

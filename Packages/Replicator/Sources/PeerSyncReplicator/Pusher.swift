@@ -325,7 +325,7 @@ actor Pusher {
     }
 
     /// What a proposal refused with 409 (naming the peer's current revision) comes to.
-    private enum RefusalOutcome {
+    private enum RefusalOutcome: Sendable {
         case peerHasCurrent, propose(Proposal)
         /// `known`: whether the peer's revision is in this database.
         case unresolved(known: Bool)
@@ -342,6 +342,11 @@ actor Pusher {
     /// - it is unknown here: only a pull (here or by the peer) can settle it.
     /// Only the current revision is ever proposed.
     private func settleRefusal(_ p: Proposal, serverRev: RevisionID) async throws -> RefusalOutcome {
+        try await context.handlingConflicts(of: p.docID) { try await lookAgain(p, serverRev: serverRev) }
+    }
+
+    /// ``settleRefusal(_:serverRev:)`` as the document's only conflict handling meanwhile.
+    private func lookAgain(_ p: Proposal, serverRev: RevisionID) async throws -> RefusalOutcome {
         let resolution = ConflictResolution(collection: collection)
         for _ in 0..<3 {
             guard let revs = try await collection.collection.revisions(of: p.docID), let remote = revs.revision(serverRev),

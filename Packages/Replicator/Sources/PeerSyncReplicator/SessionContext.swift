@@ -75,6 +75,9 @@ final class SessionContext: Sendable {
         var closed = false
         var failure: PeerSyncError?
         var stopActions: [@Sendable () async -> Void] = []
+        /// Documents whose conflict handling is under way (``handlingConflicts(of:isolation:_:)``),
+        /// with how many tasks hold or wait for each.
+        var documentLocks: [String: (lock: AsyncLock, users: Int)] = [:]
     }
 
     private let state: LockedValue<State>
@@ -180,6 +183,32 @@ final class SessionContext: Sendable {
                 s.peerRevisions[index]?[docID] = nil
             }
         }
+    }
+
+    // MARK: - Conflict handling, one document at a time
+
+    /// Runs `body` as the only conflict handling of `docID` in this session at a time (FIFO).
+    /// The Pusher (settling a proposal the peer refused) and the Puller (storing a pulled
+    /// revision and resolving it, or resolving against the peer's current revision) may meet
+    /// the same conflict at once; the second waits, then finds the document resolved, so the
+    /// resolver is asked once per conflict. `body` runs in the caller's isolation; waiting is
+    /// not cancellable. Other documents are not held up.
+    func handlingConflicts<T: Sendable>(of docID: String, isolation: isolated (any Actor)? = #isolation,
+                                        _ body: () async throws -> T) async rethrows -> T {
+        let lock = state.withLock { s -> AsyncLock in
+            let entry = s.documentLocks[docID] ?? (AsyncLock(), 0)
+            s.documentLocks[docID] = (entry.lock, entry.users + 1)
+            return entry.lock
+        }
+        defer {
+            state.withLock { s in
+                guard let entry = s.documentLocks[docID] else { return }
+                s.documentLocks[docID] = entry.users > 1 ? (entry.lock, entry.users - 1) : nil
+            }
+        }
+        await lock.acquire()
+        defer { lock.release() }
+        return try await body()
     }
 
     // MARK: - Busy, failure, stop

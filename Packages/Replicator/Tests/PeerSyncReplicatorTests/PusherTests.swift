@@ -112,6 +112,79 @@ import Testing
         }
     }
 
+    /// In push-and-pull the Pusher and the Puller may meet the same conflict at once: the
+    /// peer refuses the proposal (409, its revision) while the Puller is resolving that very
+    /// revision. The Pusher waits for the Puller's resolution instead of resolving again, so
+    /// the resolver is asked once, and then proposes the resolution as a fast-forward.
+    @Test func aRefusalMeetingThePullersResolutionAsksTheResolverOnce() async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            let base = try #require(try await save(local, "c", ["v": "base"]).revisionID)
+            try await save(local, "c", ["v": "local"])
+            let remote = fakeRev(2, "remote")
+            let resolving = Mutex(false)
+            let calls = Counter()
+            var config = CollectionConfiguration()
+            config.conflictResolver = ConflictResolvers.custom { _ in
+                calls.value.withLock { $0 += 1 }
+                resolving.withLock { $0 = true }
+                // Long enough for the refusal to arrive while this resolution is under way.
+                try await Task.sleep(for: .milliseconds(300))
+                return MutableDocument(id: "c", data: ["v": "merged"])
+            }
+            let proposals = Received(), revs = Received()
+            let scripted = try ScriptedPeer(network: peers[0].network, script: { blip in
+                _ = try await PullerTests.changes(blip, [[1, "c", .string(remote)]])
+                _ = try await PullerTests.rev(blip, [("id", "c"), ("rev", remote), ("history", base), ("sequence", "1")],
+                                              ["v": "remote"])
+                try await PullerTests.caughtUp(blip)
+            }, handlers: { blip in
+                // A passive peer holding `remote`: only fast-forwards of its current revision are
+                // accepted. Concurrent: while it waits, the peer goes on reading (the subscription,
+                // the rev's reply).
+                let current = Mutex(remote)
+                await blip.setHandler(profile: "proposeChanges", concurrent: true) { request in
+                    proposals.append(request.message)
+                    // The first proposal is answered once the puller is resolving the peer's revision.
+                    if proposals.all.count == 1 { _ = try await eventually { resolving.withLock { $0 } } }
+                    let answers = try entries(request.message).map { entry -> JSONValue in
+                        let e = entry.arrayValue ?? []
+                        let (rev, parent) = (e.count > 1 ? e[1].stringValue : nil, e.count > 2 ? e[2].stringValue : nil)
+                        return current.withLock { now in
+                            if rev == now { return .int(304) }
+                            if parent == now { return .int(0) }
+                            return ["status": 409, "rev": .string(now)]
+                        }
+                    }
+                    return BLIPMessage(type: .response, body: JSONValue.array(answers).canonicalData)
+                }
+                await blip.setHandler(profile: "rev") { request in
+                    revs.append(request.message)
+                    if let rev = request.properties["rev"] { current.withLock { $0 = rev } }
+                    return nil
+                }
+            })
+            let workers = try await ActiveWorkers.connect(to: scripted, collection: local, push: true, pull: true, config: config)
+            let puller = try workers.puller(), pusher = try workers.pusher()
+            async let pushed: Void = pusher.push(since: 0, continuous: false, docIDs: nil) { _ in }
+            try await puller.subscribe(since: nil, continuous: false, docIDs: nil, channels: nil)
+            await puller.waitUntilIdle()
+            try await pushed
+
+            #expect(calls.value.withLock { $0 } == 1)
+            let revisions = try #require(try await local.revisions(of: "c"))
+            #expect(try await local.document(id: "c")?.properties == ["v": "merged"])
+            #expect(revisions.revision(revisions.currentRevID)?.parentRevID?.description == remote)
+            // The resolution went to the peer as a fast-forward of its revision.
+            let second = try proposals.all.dropFirst().first.map { try entries($0) }
+            #expect(second == [.array(["c", .string(revisions.currentRevID.description), .string(remote)])])
+            #expect(revs.all.map { $0.properties["rev"] } == [revisions.currentRevID.description])
+            #expect(workers.log.documents.allSatisfy { $0.error == nil }, "\(workers.log.documents)")
+            await workers.session.stop()
+            await scripted.close()
+        }
+    }
+
     /// A document the peer is known to hold at its current revision is not proposed again.
     @Test func skipsRevisionsThePeerHas() async throws {
         try await withPeers(1) { peers in
