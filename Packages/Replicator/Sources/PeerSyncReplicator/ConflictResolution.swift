@@ -15,7 +15,8 @@ import PeerSyncDatabase
 /// fast-forward. Stateless; callers run it as the document's only conflict handling in the
 /// session (``SessionContext/handlingConflicts(of:isolation:_:)``), so the resolver is asked
 /// once per conflict; other writers (the app, other sessions) may still change the document
-/// meanwhile, which is detected and looked at again.
+/// meanwhile, which is detected and looked at again. Its methods run in the caller's isolation
+/// (the worker's actor), as the worker's own methods would.
 struct ConflictResolution: Sendable {
     let collection: SessionCollection
 
@@ -25,7 +26,8 @@ struct ConflictResolution: Sendable {
     /// the insertion, if known (saves a read in the common case where there is nothing to
     /// resolve). Throws `.conflict` when the document kept changing for 4 attempts, or the
     /// resolver's / the database's error.
-    func resolveIfConflicted(docID: String, pulled: RevisionID, tree: DocumentRevisions? = nil) async throws {
+    func resolveIfConflicted(docID: String, pulled: RevisionID, tree: DocumentRevisions? = nil,
+                             isolation: isolated (any Actor)? = #isolation) async throws {
         let c = collection.collection
         var known = tree
         var lastRefusal: PeerSyncError?
@@ -59,7 +61,7 @@ struct ConflictResolution: Sendable {
     /// local body continues the remote branch (local wins). Throws `.invalidArgument` when the
     /// document changed meanwhile.
     func resolve(docID: String, local localInfo: RevisionInfo, remote remoteInfo: RevisionInfo,
-                 in revs: DocumentRevisions) async throws {
+                 in revs: DocumentRevisions, isolation: isolated (any Actor)? = #isolation) async throws {
         let c = collection.collection
         let localRev = localInfo.revID, remoteRev = remoteInfo.revID
         // Whether the remote revision is a leaf once the closed leaves under it are removed.
@@ -98,7 +100,8 @@ struct ConflictResolution: Sendable {
     /// been pulled, so that this side's next push is a fast-forward. Returns the document's
     /// revisions afterwards, or nil when there was nothing to resolve (or it changed meanwhile).
     @discardableResult
-    func resolveAgainstPeer(docID: String, serverRev: RevisionID) async throws -> DocumentRevisions? {
+    func resolveAgainstPeer(docID: String, serverRev: RevisionID,
+                            isolation: isolated (any Actor)? = #isolation) async throws -> DocumentRevisions? {
         let c = collection.collection
         guard let revs = try await c.revisions(of: docID), let remote = revs.revision(serverRev),
               serverRev != revs.currentRevID, !(revs.history(of: revs.currentRevID) ?? []).contains(serverRev),

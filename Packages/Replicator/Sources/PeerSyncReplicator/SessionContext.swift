@@ -95,8 +95,10 @@ final class SessionContext: Sendable {
 
     /// Sends `message` and waits for its reply, at most ``replyTimeout`` (the connection's one
     /// reply watchdog: no task, timer or lock per request). Throws `.timeout` naming `what`, or
-    /// the connection's error.
-    func send(_ message: BLIPMessage, _ what: String) async throws -> BLIPMessage {
+    /// the connection's error. Runs in the caller's isolation (a worker sending a `rev` does
+    /// not hop to the global executor and back on top of the hop to the connection).
+    func send(_ message: BLIPMessage, _ what: String,
+              isolation: isolated (any Actor)? = #isolation) async throws -> BLIPMessage {
         try await blip.sendRequest(message, timeout: replyTimeout, waitingFor: what)
     }
 
@@ -206,7 +208,8 @@ final class SessionContext: Sendable {
                 s.documentLocks[docID] = entry.users > 1 ? (entry.lock, entry.users - 1) : nil
             }
         }
-        await lock.acquire()
+        // The common case, nobody else on this document, without a suspension.
+        if !lock.tryAcquire() { await lock.acquire() }
         defer { lock.release() }
         return try await body()
     }
