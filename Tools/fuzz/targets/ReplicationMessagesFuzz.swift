@@ -1,5 +1,5 @@
 // libFuzzer target: how the replicator reads a peer's replication messages — the pure
-// pieces that ReplicationSession's handlers (an actor over a database, not built here) apply
+// pieces that the replicator workers' handlers (actors over a database, not built here) apply
 // to a request's properties and body, called in the handlers' order and with their checks:
 //
 // (JSONValue.parse in Support.swift is JSONValue(parsing:) with another error code: called directly.)
@@ -36,9 +36,9 @@ import Foundation
 import PeerSyncCore
 
 // Stand-ins for the handlers' private helpers that are not standalone-compilable; each is a
-// copy of a one-line rule in ReplicationSession.swift / Revocation.swift (see there).
+// copy of a one-line rule in Responder.swift / Revocation.swift (see there).
 enum Mirror {
-    /// ReplicationSession.isRevocation (Revocation.swift).
+    /// Puller.isRevocation (Revocation.swift).
     static func isRevocation(_ flags: JSONValue?) -> Bool {
         let value: Int64
         switch flags {
@@ -50,7 +50,7 @@ enum Mirror {
         }
         return value != 0 && value != 1 && value != 5
     }
-    /// ReplicationSession.checkpointKey.
+    /// Responder.checkpointKey.
     static func checkpointKey(_ client: String) -> String {
         "checkpoint/" + String(decoding: client.utf8.prefix(200), as: UTF8.self)
     }

@@ -28,17 +28,16 @@ struct ActiveReplication: Sendable {
 
     func run(connection: any MessageConnection) async throws {
         let blip = try BLIPConnection(connection: connection)
-        let session = ReplicationSession(blip: blip, database: database, role: .active, collections: collections,
-                                         enableAutoPurge: enableAutoPurge, replyTimeout: replyTimeout, events: events)
-        await session.registerHandlers()
-        await blip.start()
+        let session = ActiveSession(blip: blip, database: database, collections: collections, push: push, pull: pull,
+                                    enableAutoPurge: enableAutoPurge, replyTimeout: replyTimeout, events: events)
+        await session.start()
         // When the connection ends, end the session too: a one-shot pull waiting for
         // revisions (which only the peer can complete) must not wait forever. The task ends
         // when the connection closes, at the latest through session.stop() below.
         Task { _ = await blip.waitUntilClosed(); await session.stop() }
         do {
             try await replicate(session)
-            if let failure = await session.failure { throw failure }
+            if let failure = session.failure { throw failure }
             if continuous {
                 // replicate() only returns for continuous runs when the connection ended.
                 if case .error(let error) = await blip.waitUntilClosed() { throw error }
@@ -48,17 +47,17 @@ struct ActiveReplication: Sendable {
         } catch {
             await session.stop()
             // The session's own failure (a revision not stored) is why the connection closed.
-            throw await session.failure ?? error
+            throw session.failure ?? error
         }
     }
 
-    private func replicate(_ session: ReplicationSession) async throws {
+    private func replicate(_ session: ActiveSession) async throws {
         let ids = collections.map { Self.checkpointID(database: database, remoteURL: remoteURL, $0, push: push, pull: pull) }
-        let remote = try await session.openActive(checkpointIDs: ids)
+        let remote = try await session.open(checkpointIDs: ids)
         let keeper = CheckpointKeeper()
         for (i, sc) in collections.enumerated() {
             let local = try await sc.collection.getLocal(id: ids[i])?.properties
-            var cp = ReplicationSession.Checkpoint()
+            var cp = Checkpoint()
             cp.remoteRev = remote[i].rev
             if !reset, let local, let theirs = remote[i].body {
                 let mine = UInt64(clamping: local["local"]?.intValue ?? 0)
@@ -69,21 +68,22 @@ struct ActiveReplication: Sendable {
             await keeper.set(i, cp)
         }
         try await withThrowingTaskGroup(of: Void.self) { group in
+            // Each collection's pusher and puller run concurrently, in tasks of their own.
             for (i, sc) in collections.enumerated() {
                 let start = await keeper.get(i)
-                if push {
+                if let pusher = session.pushers[i] {
                     group.addTask {
-                        try await session.push(index: i, since: start.local, continuous: continuous, mode: .propose,
-                                               docIDs: sc.config.documentIDs.map(Set.init), progress: { seq in
+                        try await pusher.push(since: start.local, continuous: continuous,
+                                              docIDs: sc.config.documentIDs.map(Set.init), progress: { seq in
                             await keeper.update(i) { $0.local = seq }
                         })
                     }
                 }
-                if pull {
+                if let puller = session.pullers[i] {
                     group.addTask {
-                        try await session.subscribe(index: i, since: start.remote?.isNull == false ? start.remote : nil,
-                                                    continuous: continuous, docIDs: sc.config.documentIDs, channels: sc.config.channels)
-                        await session.waitPullIdle(index: i)
+                        try await puller.subscribe(since: start.remote?.isNull == false ? start.remote : nil,
+                                                   continuous: continuous, docIDs: sc.config.documentIDs, channels: sc.config.channels)
+                        await puller.waitUntilIdle()
                     }
                 }
             }
@@ -96,7 +96,7 @@ struct ActiveReplication: Sendable {
                     }
                 }
                 group.addTask {
-                    _ = await session.blip.waitUntilClosed()
+                    _ = await session.context.blip.waitUntilClosed()
                     throw PeerSyncError(.connectionClosed, "the replication connection closed")
                 }
                 // Push and pull tasks may finish (a pull that caught up, a collection
@@ -115,26 +115,25 @@ struct ActiveReplication: Sendable {
             }
         }
         // A pull released because the session failed: nothing more is pushed or checkpointed.
-        if let failure = await session.failure { throw failure }
+        if let failure = session.failure { throw failure }
         if !continuous {
             // Conflicts resolved while pulling made new local revisions: push them too.
-            if push && pull {
+            if pull {
                 for (i, sc) in collections.enumerated() {
+                    guard let pusher = session.pushers[i] else { continue }
                     let start = await keeper.get(i)
-                    try await session.push(index: i, since: start.local, continuous: false, mode: .propose,
-                                           docIDs: sc.config.documentIDs.map(Set.init), progress: { seq in
-                        await keeper.update(i) { $0.local = seq }
-                    })
+                    try await pusher.push(since: start.local, continuous: false, docIDs: sc.config.documentIDs.map(Set.init),
+                                          progress: { seq in await keeper.update(i) { $0.local = seq } })
                 }
             }
             try await saveCheckpoints(session, keeper, ids)
         }
     }
 
-    private func saveCheckpoints(_ session: ReplicationSession, _ keeper: CheckpointKeeper, _ ids: [String]) async throws {
+    private func saveCheckpoints(_ session: ActiveSession, _ keeper: CheckpointKeeper, _ ids: [String]) async throws {
         for (i, sc) in collections.enumerated() {
             var cp = await keeper.get(i)
-            if pull, let remote = await session.pulledRemoteSequence(index: i) { cp.remote = remote }
+            if let remote = await session.pullers[i]?.pulledRemoteSequence { cp.remote = remote }
             let body: [String: JSONValue] = ["local": .int(Int64(clamping: cp.local)), "remote": cp.remote ?? .null,
                                              "time": .int(Int64(Date().timeIntervalSince1970))]
             guard await keeper.changed(i, body) else { continue }
@@ -146,14 +145,23 @@ struct ActiveReplication: Sendable {
     }
 }
 
-/// Checkpoint state of one active run, per collection index.
+/// One collection's checkpoint in an active run: the local sequence pushed up to, the remote
+/// sequence pulled up to, and the MVCC revision of the copy saved on the peer.
+struct Checkpoint: Sendable {
+    var local: UInt64 = 0
+    var remote: JSONValue?
+    var remoteRev: String?
+}
+
+/// Checkpoint state of one active run, per collection index (LiteCore's Checkpointer): the
+/// pusher advances `local`, the puller's completed remote sequence becomes `remote` when saved.
 actor CheckpointKeeper {
-    private var checkpoints: [Int: ReplicationSession.Checkpoint] = [:]
+    private var checkpoints: [Int: Checkpoint] = [:]
     private var lastSaved: [Int: [String: JSONValue]] = [:]
 
-    func set(_ i: Int, _ cp: ReplicationSession.Checkpoint) { checkpoints[i] = cp }
-    func get(_ i: Int) -> ReplicationSession.Checkpoint { checkpoints[i] ?? .init() }
-    func update(_ i: Int, _ change: (inout ReplicationSession.Checkpoint) -> Void) {
+    func set(_ i: Int, _ cp: Checkpoint) { checkpoints[i] = cp }
+    func get(_ i: Int) -> Checkpoint { checkpoints[i] ?? .init() }
+    func update(_ i: Int, _ change: (inout Checkpoint) -> Void) {
         var cp = checkpoints[i] ?? .init()
         change(&cp)
         checkpoints[i] = cp

@@ -30,21 +30,20 @@ public struct PassiveReplicationSession: Sendable {
         }
     }
 
-    private let session: ReplicationSession
+    private let session: PassiveSession
 
     /// - Parameters:
     ///   - connection: a BLIP connection that has not been started.
     ///   - collections: the collections this side serves (all of `database`).
     public init(connection: BLIPConnection, database: Database, collections: [Collection], options: Options = Options()) {
-        session = ReplicationSession(blip: connection, database: database, role: .passive,
-                                     collections: collections.map { SessionCollection(collection: $0, config: CollectionConfiguration()) },
-                                     readOnly: options.readOnly, enableDeltaSync: options.enableDeltaSync,
-                                     replyTimeout: options.replyTimeout)
+        session = PassiveSession(blip: connection, database: database,
+                                 collections: collections.map { SessionCollection(collection: $0, config: CollectionConfiguration()) },
+                                 options: options)
     }
 
     /// Serves the peer; returns when the connection has closed (either side).
     public func run() async {
-        await session.runPassive()
+        await session.run()
     }
 
     /// Closes the connection; ``run()`` then returns.

@@ -2,7 +2,6 @@ import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncTransport
-import Synchronization
 
 /// Direction of a replicator (Couchbase Lite's `ReplicatorType`).
 public enum ReplicatorType: Sendable, Hashable {
@@ -178,7 +177,7 @@ public final class Replicator: Sendable {
         var connectionGotGoing = false
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let queue = DispatchQueue(label: "peersync.replicator.listeners")
 
     /// Throws `.invalidArgument` for a configuration without collections, a non-positive

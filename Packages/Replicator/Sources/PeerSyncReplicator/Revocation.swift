@@ -14,7 +14,7 @@ import PeerSyncDatabase
 /// filter and no pull filter refusing the document, as in Couchbase Lite) the local
 /// document is purged: no tombstone, so nothing is pushed back. A document replication
 /// event with ``DocumentFlags/accessRemoved`` is emitted in every case.
-extension ReplicationSession {
+extension Puller {
     /// Whether the flags element of a `changes` entry (`false`/`true` or an integer bit set;
     /// absent = 0) marks a revocation.
     static func isRevocation(_ flags: JSONValue?) -> Bool {
@@ -37,7 +37,8 @@ extension ReplicationSession {
     /// Applies a loss of access to `docID`: purges it when auto-purge applies, then emits
     /// the access-removed event (with the purge's error, if it failed for another reason
     /// than the document being absent).
-    func applyRevocation(sc: SessionCollection, docID: String) async {
+    func applyRevocation(docID: String) async {
+        let sc = collection
         var purge = enableAutoPurge && sc.config.documentIDs == nil
         var docError: PeerSyncError?
         do {
@@ -52,7 +53,7 @@ extension ReplicationSession {
             docError = (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)", context: ["docID": docID])
         }
         Logger(.replicator).info("access to \(docID) in \(sc.collection.fullName) removed\(purge ? "; purged" : "")")
-        events.documents(DocumentReplication(isPush: false, documents: [
+        context.events.documents(DocumentReplication(isPush: false, documents: [
             ReplicatedDocument(id: docID, collection: sc.collection.fullName, flags: .accessRemoved, error: docError),
         ]))
     }

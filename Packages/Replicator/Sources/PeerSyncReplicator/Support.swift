@@ -90,46 +90,42 @@ private final class TimeoutTimer: @unchecked Sendable {
 }
 
 /// The first result of a ``withTimeout(_:_:_:)`` race wins; later ones are dropped.
-/// `@unchecked Sendable`: every field is only touched under `lock`.
-private final class TimeoutRace<T: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var continuation: CheckedContinuation<T, any Error>?
-    private var early: Result<T, any Error>?
-    private var done = false
-    private var cleanup: (@Sendable () -> Void)?
+private final class TimeoutRace<T: Sendable>: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<T, any Error>?
+        /// A result that came before ``begin(_:)``.
+        var early: Result<T, any Error>?
+        var done = false
+        var cleanup: (@Sendable () -> Void)?
+    }
+
+    private let state = LockedValue(State())
 
     func begin(_ c: CheckedContinuation<T, any Error>) {
-        lock.lock()
-        if let early {
-            lock.unlock()
-            c.resume(with: early)
-            return
+        let early = state.withLock { s -> Result<T, any Error>? in
+            if s.early == nil { s.continuation = c }
+            return s.early
         }
-        continuation = c
-        lock.unlock()
+        if let early { c.resume(with: early) }
     }
 
     func onFinish(_ action: @escaping @Sendable () -> Void) {
-        lock.lock()
-        if done {
-            lock.unlock()
-            action()
-            return
+        let done = state.withLock { s -> Bool in
+            if !s.done { s.cleanup = action }
+            return s.done
         }
-        cleanup = action
-        lock.unlock()
+        if done { action() }
     }
 
     func finish(_ result: Result<T, any Error>) {
-        lock.lock()
-        guard !done else { lock.unlock(); return }
-        done = true
-        let c = continuation
-        continuation = nil
-        if c == nil { early = result }
-        let action = cleanup
-        cleanup = nil
-        lock.unlock()
+        let finished = state.withLock { s -> (CheckedContinuation<T, any Error>?, (@Sendable () -> Void)?)? in
+            guard !s.done else { return nil }
+            s.done = true
+            defer { s.continuation = nil; s.cleanup = nil }
+            if s.continuation == nil { s.early = result }
+            return (s.continuation, s.cleanup)
+        }
+        guard let (c, action) = finished else { return }
         c?.resume(with: result)
         action?()
     }
@@ -172,5 +168,28 @@ func blobReferences(in value: JSONValue) -> [[String: JSONValue]] {
         return array.flatMap { blobReferences(in: $0) }
     default:
         return []
+    }
+}
+
+extension BLIPConnection {
+    /// Registers `handler` for `profile` (see ``setHandler(profile:concurrent:_:)``), holding
+    /// `owner` weakly so that the connection does not keep its session alive: once `owner` is
+    /// gone, requests get `BLIP`/503.
+    func setHandler<Owner: AnyObject & Sendable>(
+        profile: String, concurrent: Bool = false, owner: Owner,
+        _ handler: @escaping @Sendable (Owner, BLIPRequest) async throws -> BLIPMessage?) {
+        setStreamingHandler(profile: profile, concurrent: concurrent, owner: owner) { owner, request in
+            try await handler(owner, request).map { .message($0) }
+        }
+    }
+
+    /// The streaming-reply form of ``setHandler(profile:concurrent:owner:_:)``.
+    func setStreamingHandler<Owner: AnyObject & Sendable>(
+        profile: String, concurrent: Bool = false, owner: Owner,
+        _ handler: @escaping @Sendable (Owner, BLIPRequest) async throws -> BLIPReply?) {
+        setStreamingHandler(profile: profile, concurrent: concurrent) { [weak owner] request in
+            guard let owner else { throw blipError("BLIP", 503, "replication session ended") }
+            return try await handler(owner, request)
+        }
     }
 }

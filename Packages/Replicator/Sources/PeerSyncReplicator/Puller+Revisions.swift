@@ -1,0 +1,256 @@
+import PeerSyncBLIP
+import PeerSyncCore
+import PeerSyncDatabase
+
+/// Receiving one revision (`rev`): read it (IDs, history, body, a delta applied to its base,
+/// legacy attachments), fetch the blobs it references, insert it with the next shared
+/// transaction (``RevisionInserter``); the reply — the handler returning — is only sent once
+/// that transaction has committed.
+extension Puller {
+    /// A revision read from a `rev` request, ready to insert.
+    struct IncomingRevision: Sendable {
+        let docID: String
+        let revID: RevisionID
+        let history: [RevisionID]
+        let deleted: Bool
+        var body: [String: JSONValue]
+
+        var flags: DocumentFlags { deleted ? .deleted : [] }
+    }
+
+    // MARK: - Pulled (active)
+
+    /// A pulled `rev`. A revision that is not stored for any reason but a delta to resend in
+    /// full (422) or a document ID no database can hold (a per-document error) — a body that
+    /// does not parse, an invalid revision ID, a storage failure — is never skipped: its
+    /// document event has the error, its change is never checkpointed and the session fails
+    /// (``SessionContext/fail(_:)``); a damaged revision is `.corrupt`.
+    func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        do {
+            return try await receivePulledRev(request)
+        } catch let error as PeerSyncError where context.failure == nil && error.context["blipCode"] != "422" {
+            let docID = request.properties["id"] ?? "-"
+            do { try DocumentID.validate(docID) } catch let idError {
+                // An ID no database can hold (e.g. NUL): a per-document error; the session goes on.
+                reportError(docID, idError)
+                throw error
+            }
+            let e = PeerSyncError(.corrupt, "the peer sent a revision of \(docID) that cannot be stored: \(error.message)",
+                                  context: ["docID": docID])
+            reportError(docID, e)
+            context.fail(e)
+            throw error
+        }
+    }
+
+    private func receivePulledRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        let sequence = request.properties["sequence"]
+        // True until the revision is stored (or deliberately not: filter, revocation, a delta
+        // to be resent in full, an ID no database can hold); the defer then never lets the
+        // checkpoint pass it.
+        var notStored = true
+        defer { finishRev(sequence, failed: notStored) }
+        let (docID, revID) = try Self.ids(of: request)
+        do { try Self.checkDocumentID(docID) } catch {
+            notStored = false
+            throw error
+        }
+        var incoming: IncomingRevision
+        do { incoming = try await readRevision(request, docID: docID, revID: revID) } catch let error as PeerSyncError
+            where error.context["blipCode"] == "422" {
+            notStored = false  // the peer resends the full revision with this sequence
+            throw error
+        }
+        if Self.isRemovedBody(incoming.body) {
+            context.setPeerRevision(index, docID, nil)
+            await applyRevocation(docID: docID)
+            context.events.progress(1, 0)
+            notStored = false
+            return nil
+        }
+        incoming.body = try Self.decodeAttachments(incoming.body)
+        let c = collection.collection
+        if let filter = collection.config.pullFilter,
+           !filter(c.makeDocument(id: docID, revisionID: revID, properties: incoming.body, isDeleted: incoming.deleted),
+                   incoming.flags) {
+            context.events.progress(1, 0)
+            notStored = false
+            return nil
+        }
+        // Blobs first: the revision is only inserted once every blob it references is stored.
+        let pins = try await fetchMissingBlobs(of: incoming)
+        // Stored and resolved as the document's only conflict handling meanwhile, so the tree
+        // read back by the insertion is still the one to resolve.
+        let docError = try await context.handlingConflicts(of: docID) { () async throws -> PeerSyncError? in
+            let outcome: RevisionInsertOutcome
+            do {
+                outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: true))
+            } catch {
+                throw pulledStorageFailure(error, incoming, sequence: sequence)
+            }
+            let (result, treeAfter) = try Self.inserted(outcome)
+            notStored = false
+            context.setPeerRevision(index, docID, revID)
+            guard result.inserted else { return nil }
+            do {
+                try await ConflictResolution(collection: collection).resolveIfConflicted(docID: docID, pulled: revID, tree: treeAfter)
+                return nil
+            } catch {
+                return (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
+            }
+        }
+        withExtendedLifetime(pins) {}
+        context.events.progress(1, 0)
+        context.events.documents(DocumentReplication(isPush: false, documents: [
+            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: docError),
+        ]))
+        return nil
+    }
+
+    /// A pulled revision that could not be stored (the transaction failed: disk full, I/O
+    /// error): its document event carries the error, its change is never checkpointed, the
+    /// session fails (``SessionContext/fail(_:)``) and the peer gets HTTP 507 (disk full) or
+    /// 500 — never success, never a per-document refusal that a checkpoint would pass.
+    private func pulledStorageFailure(_ error: any Error, _ r: IncomingRevision, sequence: String?) -> PeerSyncError {
+        let (e, docError) = Self.storageErrors(error, docID: r.docID)
+        finishRev(sequence, failed: true)
+        // The session is already ending (another failure, or stopped): nothing new to report.
+        guard context.failure == nil, !context.isClosed else { return blipError("HTTP", 503, e.message) }
+        reportError(r.docID, docError, flags: r.flags)
+        context.fail(docError)
+        return Self.storageReply(e)
+    }
+
+    // MARK: - Pushed (passive)
+
+    /// A pushed `rev`: stored only as a fast-forward of the current revision (`HTTP`/409
+    /// otherwise; `HTTP`/403 when read-only). A storage failure is logged and answered
+    /// `HTTP`/507 (disk full) or 500, so the pusher never checkpoints past it.
+    func handlePushedRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        let (docID, revID) = try Self.ids(of: request)
+        try Self.checkDocumentID(docID)
+        if readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
+        var incoming = try await readRevision(request, docID: docID, revID: revID)
+        incoming.body = try Self.decodeAttachments(incoming.body)
+        let pins = try await fetchMissingBlobs(of: incoming)
+        let c = collection.collection
+        let outcome: RevisionInsertOutcome
+        do {
+            outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: false))
+        } catch {
+            let (e, docError) = Self.storageErrors(error, docID: docID)
+            guard !context.isClosed else { throw blipError("HTTP", 503, e.message) }
+            // No local replicator reports it: the listener logs it.
+            Logger(.replicator).error("could not store \(docID) in \(c.fullName): \(e.message)")
+            reportError(docID, docError, flags: incoming.flags)
+            throw Self.storageReply(e)
+        }
+        _ = try Self.inserted(outcome)
+        withExtendedLifetime(pins) {}
+        context.setPeerRevision(index, docID, revID)
+        context.events.documents(DocumentReplication(isPush: false, documents: [
+            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: nil),
+        ]))
+        return nil
+    }
+
+    // MARK: - Reading a rev
+
+    /// The `id` and `rev` properties (`HTTP`/400 when missing or invalid).
+    private static func ids(of request: BLIPRequest) throws -> (String, RevisionID) {
+        guard let docID = request.properties["id"], let revText = request.properties["rev"],
+              let revID = try? RevisionID(revText) else {
+            throw blipError("HTTP", 400, "invalid document or revision ID")
+        }
+        return (docID, revID)
+    }
+
+    /// `HTTP`/400 for an ID no database can hold (e.g. NUL): a per-document error.
+    private static func checkDocumentID(_ docID: String) throws {
+        do { try DocumentID.validate(docID) } catch {
+            throw blipError("HTTP", 400, error.message)
+        }
+    }
+
+    /// The history, deletion flag and body of a `rev`. A `deltaSrc` body is applied to that
+    /// base revision's stored body (its legacy form when the delta touches `_attachments`,
+    /// notes §8). Throws `HTTP`/400 for a malformed history or a body that is not a JSON
+    /// object, `HTTP`/422 for an unknown delta base or a delta that does not apply (the peer
+    /// then resends the revision in full), a protocol error for malformed JSON.
+    private func readRevision(_ request: BLIPRequest, docID: String, revID: RevisionID) async throws -> IncomingRevision {
+        let props = request.properties
+        var history: [RevisionID] = []
+        if let text = props["history"], !text.isEmpty {
+            for part in text.split(separator: ",") {
+                guard let r = try? RevisionID(part.trimmingCharacters(in: .whitespaces)) else {
+                    throw blipError("HTTP", 400, "invalid revision history")
+                }
+                history.append(r)
+            }
+        }
+        let parsed = try JSONValue.parse(request.body, "rev")
+        var newBody: JSONValue = parsed
+        if let src = props["deltaSrc"] {
+            let c = collection.collection
+            guard let base = try? RevisionID(src), let revs = try await c.revisions(of: docID),
+                  let info = revs.revision(base), !info.isDeleted,
+                  var baseBody = try await c.revisionBody(docID: docID, revID: base) else {
+                throw blipError("HTTP", 422, "unknown delta base revision \(src)")
+            }
+            // A delta touching `_attachments` is against the base's legacy form (notes §8).
+            if parsed[LegacyAttachments.key] != nil {
+                baseBody = LegacyAttachments.encode(baseBody, revpos: base.generation)
+            }
+            do { newBody = try JSONDelta.apply(parsed, to: .object(baseBody)) } catch {
+                throw blipError("HTTP", 422, error.message)
+            }
+        }
+        guard let body = newBody.objectValue else {
+            throw blipError("HTTP", 400, "revision body must be a JSON object")
+        }
+        return IncomingRevision(docID: docID, revID: revID, history: history, deleted: props.bool("deleted"), body: body)
+    }
+
+    /// The body without its reserved keys, legacy attachments turned into blobs
+    /// (``LegacyAttachments/decode(_:)``; `LiteCore`/7, NotFound, for a blob missing from a
+    /// present `_attachments`, as LiteCore answers).
+    private static func decodeAttachments(_ body: [String: JSONValue]) throws -> [String: JSONValue] {
+        do { return try LegacyAttachments.decode(body) } catch {
+            throw blipError("LiteCore", 7, error.message)
+        }
+    }
+
+    /// What the inserter did: the result and the tree after the insertion, or `HTTP`/409 (not
+    /// a fast-forward) / `HTTP`/400 (refused for this document).
+    private static func inserted(_ outcome: RevisionInsertOutcome) throws -> (InsertResult, DocumentRevisions?) {
+        switch outcome {
+        case .refused(let error) where error.code == .conflict:
+            throw blipError("HTTP", 409, "conflict: the revision's parent is not the current revision")
+        case .refused(let error):
+            throw blipError("HTTP", 400, error.message)
+        case .inserted(let result, let tree):
+            return (result, tree)
+        }
+    }
+
+    /// A storage failure as a typed error, and as the document's error (with its ID).
+    private static func storageErrors(_ error: any Error, docID: String) -> (PeerSyncError, PeerSyncError) {
+        let e = (error as? PeerSyncError) ?? PeerSyncError(.storage, "\(error)")
+        return (e, PeerSyncError(e.code, e.message, context: e.context.merging(["docID": docID]) { a, _ in a }))
+    }
+
+    /// The answer to a `rev` that could not be stored: `HTTP`/507 for disk full, 500 otherwise.
+    private static func storageReply(_ e: PeerSyncError) -> PeerSyncError {
+        e.code == .diskFull ? blipError("HTTP", 507, e.message) : blipError("HTTP", 500, e.message)
+    }
+}
+
+extension Puller.IncomingRevision {
+    /// The insertion of this revision into `collection`. `allowConflict`: a pulled revision may
+    /// start a branch (the tree after the insertion is read back for conflict handling); a
+    /// pushed one must extend the current revision.
+    func insert(into collection: Collection, allowConflict: Bool) -> RevisionInsert {
+        RevisionInsert(collection: collection, docID: docID, revID: revID, history: history, body: body,
+                       deleted: deleted, allowConflict: allowConflict, readBack: allowConflict)
+    }
+}
