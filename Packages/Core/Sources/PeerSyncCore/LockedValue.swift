@@ -8,7 +8,7 @@ import Darwin
 
 /// PeerSync's one lock type: a value guarded by a pthread mutex, reachable only inside
 /// ``withLock(_:)``. Every module uses it (`package` access) instead of `Synchronization.Mutex`,
-/// `NSLock` or its own wrapper; a lock that guards no value is a `LockedValue<Void>`.
+/// `NSLock` or its own wrapper.
 ///
 /// A pthread mutex rather than `Synchronization.Mutex`: on Linux ThreadSanitizer does not see
 /// `Mutex`'s contended (futex) path and reports false "Swift access races" inside `withLock`
@@ -39,15 +39,5 @@ package final class LockedValue<Value>: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
-    }
-}
-
-extension LockedValue where Value == Void {
-    /// A lock that guards no value (it serializes a critical section).
-    package convenience init() { self.init(()) }
-
-    /// Runs `body` while holding the lock.
-    package func withLock<Result, E: Error>(_ body: () throws(E) -> Result) throws(E) -> Result {
-        try withLock { (_: inout Void) throws(E) -> Result in try body() }
     }
 }
