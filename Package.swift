@@ -25,6 +25,7 @@
 // |                    | PeerSyncDiscoveryTesting  | Discovery (conformance)    | —                  |
 // | Packages/DNSSD     | PeerSyncDNSSD             | Discovery                  | CAvahi (avahi-client) |
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
+// | Packages/Mesh      | PeerSyncMesh              | Replicator, Discovery, Auth| —                  |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
@@ -92,6 +93,7 @@ let package = Package(
         .library(name: "PeerSyncDNSSD", targets: ["PeerSyncDNSSD"]),
         .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
         .library(name: "PeerSyncListener", targets: ["PeerSyncListener"]),
+        .library(name: "PeerSyncMesh", targets: ["PeerSyncMesh"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
         .executable(name: "example-tasklist", targets: ["example-tasklist"]),
@@ -221,6 +223,11 @@ let package = Package(
               dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncAuth",
                              "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "PeerSyncBLIP", "peersync",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
+
+        // MARK: Mesh
+        library("PeerSyncMesh", folder: "Mesh",
+                dependencies: ["PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",
+                               "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore"]),
 
         // MARK: Umbrella and CLI
         .target(

@@ -1,0 +1,89 @@
+import PeerSyncAuth
+import PeerSyncCore
+import PeerSyncDiscovery
+import PeerSyncTransport
+
+/// A way the mesh reaches peers, as Couchbase Lite's `MultipeerTransport` names them: Wi-Fi
+/// (DNS-SD discovery + WebSocket over mutual TLS) and, later, Bluetooth LE.
+public enum MultipeerTransport: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    /// DNS-SD discovery and WebSocket over mutual TLS on the local network.
+    case wifi
+    /// Bluetooth LE discovery and an L2CAP channel (not built yet: see issue 12).
+    case bluetooth
+
+    public var description: String { rawValue }
+}
+
+/// What a ``MeshLinkTransport`` needs from the mesh to start: who we are and who we trust.
+public struct MeshLinkContext: Sendable {
+    /// This peer's identity: presented as the TLS server certificate on incoming links and
+    /// as the client certificate on outgoing ones (it carries both key usages).
+    public var identity: TLSIdentity
+    /// Decides whether a peer is trusted, given its certificate chain (leaf first). The
+    /// transport calls it on **every** link, in both directions, during the handshake (before
+    /// any replication message); a link it rejects fails with
+    /// ``PeerSyncError/Code/certificateRejected`` on the dialling side and never appears in
+    /// ``MeshLinkTransport/incomingLinks()`` on the accepting side. Must not block.
+    public var authenticate: @Sendable ([Certificate]) -> Bool
+    /// Time a dial or an accepted link may take from the first byte to an authenticated,
+    /// ready connection; a peer that stalls longer is dropped. Default 10 s.
+    public var handshakeTimeout: Duration
+
+    public init(identity: TLSIdentity, authenticate: @escaping @Sendable ([Certificate]) -> Bool,
+                handshakeTimeout: Duration = .seconds(10)) {
+        self.identity = identity
+        self.authenticate = authenticate
+        self.handshakeTimeout = handshakeTimeout
+    }
+}
+
+/// Where a started ``MeshLinkTransport`` accepts links: what the mesh publishes through its
+/// ``Discovery`` (port, and addresses when the transport binds specific ones).
+public struct MeshListeningAddress: Sendable, Hashable {
+    /// The port to announce (for transports without ports, a channel number such as an L2CAP PSM).
+    public var port: UInt16
+    /// The addresses to announce; empty means "the host's addresses" (the discovery fills them in).
+    public var addresses: [String]
+
+    public init(port: UInt16, addresses: [String] = []) {
+        self.port = port
+        self.addresses = addresses
+    }
+}
+
+/// The plug-in point between the mesh and a network: accepts authenticated links from peers
+/// and dials peers found by a ``Discovery``. Wi-Fi's is WebSocket over mutual TLS
+/// (`PeerSyncMeshWiFi`), tests and simulations use an in-process one over loopback links, and
+/// Bluetooth LE will add a third. The mesh owns the topology (whom to dial, duplicates,
+/// back-off); a transport only moves bytes and proves identities.
+///
+/// Contract:
+/// - Every connection it returns or yields is **authenticated**: its
+///   ``MessageConnection/peerCertificateChain`` is the peer's chain (leaf first, never empty)
+///   and ``MeshLinkContext/authenticate`` accepted it. The mesh derives the peer ID from the
+///   leaf (``Certificate/peerID``) and drops a dialled link whose ID is not the one discovered.
+/// - ``start(_:)`` begins accepting and returns the address to publish; it throws if it cannot
+///   listen. ``stop()`` stops accepting, closes every link it made or accepted, ends
+///   ``incomingLinks()`` and is idempotent. A transport may be started again after stop.
+/// - ``dial(_:)`` connects to a discovered peer of this transport's kind, or throws
+///   (``PeerSyncError/Code/connectionRefused``, ``PeerSyncError/Code/timeout``,
+///   ``PeerSyncError/Code/certificateRejected``, …); it never hangs past
+///   ``MeshLinkContext/handshakeTimeout`` plus the connect time.
+/// - Threading: every method from any task, concurrently; nothing blocks a thread.
+public protocol MeshLinkTransport: AnyObject, Sendable {
+    /// Which transport this is; stamped on events and ``PeerInfo``.
+    var transport: MultipeerTransport { get }
+
+    /// Starts accepting links; returns what to publish.
+    func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress
+
+    /// The authenticated links peers opened to us, in the order they became ready. One stream
+    /// per start; it ends on ``stop()``.
+    func incomingLinks() -> AsyncStream<any MessageConnection>
+
+    /// Opens an authenticated link to `peer` (a peer its discovery reported).
+    func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection
+
+    /// Stops accepting and closes every link. Idempotent.
+    func stop() async
+}
