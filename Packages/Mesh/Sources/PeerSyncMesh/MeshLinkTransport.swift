@@ -87,3 +87,18 @@ public protocol MeshLinkTransport: AnyObject, Sendable {
     /// Stops accepting and closes every link. Idempotent.
     func stop() async
 }
+
+/// One way of finding and reaching peers, as the mesh uses it: a ``Discovery`` that finds the
+/// peers of the group and the ``MeshLinkTransport`` that connects to what it finds. Wi-Fi is
+/// DNS-SD + WebSocket/TLS; an in-process network pairs `InProcessDiscovery` with loopback links.
+public struct MeshNetwork: Sendable {
+    /// Finds the peers of the group, and publishes this one.
+    public var discovery: any Discovery
+    /// Connects to the peers the discovery finds, and accepts their links.
+    public var links: any MeshLinkTransport
+
+    public init(discovery: any Discovery, links: any MeshLinkTransport) {
+        self.discovery = discovery
+        self.links = links
+    }
+}
