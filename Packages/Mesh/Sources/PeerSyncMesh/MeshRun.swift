@@ -26,6 +26,9 @@ final class MeshRun: Sendable {
     static let healthyLinkAge: Duration = .seconds(30)
     /// An incoming link that moved no document for this long reports idle.
     static let idleAfter: Duration = .milliseconds(500)
+    /// An outgoing link that moved documents and then stayed idle this long is compared again
+    /// from scratch (see ``reconcile()``, "settle").
+    static let settleAfter: Duration = .seconds(2)
 
     struct KnownPeer {
         /// Current sightings, by network index and announcement name.
@@ -51,6 +54,10 @@ final class MeshRun: Sendable {
         var replicator: Replicator?
         var passive: PassiveReplicationSession?
         var lastDocuments: ContinuousClock.Instant?
+        /// Outgoing: documents moved since the link's last full comparison, and since when
+        /// the replicator has been idle.
+        var documentsSinceCompare = 0
+        var idleSince: ContinuousClock.Instant?
     }
 
     struct Backoff {
@@ -461,6 +468,8 @@ final class MeshRun: Sendable {
                 return
             }
             s.links[peerID]?.status = status
+            let idleSince = status.activity == .idle ? (s.links[peerID]?.idleSince ?? clock.now) : nil
+            s.links[peerID]?.idleSince = idleSince
             hub.emit(PeerReplicatorStatus(peerID: peerID, transport: transport, outgoing: true, status: status), to: \.replicator)
             if status.activity == .stopped { endLocked(&s, id: id, peerID: peerID, error: status.error) }
         }
@@ -482,7 +491,10 @@ final class MeshRun: Sendable {
     private func documents(_ event: DocumentReplication, link id: UInt64, peerID: PeerID) {
         state.withLock { s in
             guard let link = s.links[peerID], link.id == id else { return }
-            if !link.outgoing {
+            if link.outgoing {
+                // Only documents that moved: a failure a comparison cannot fix must not loop.
+                s.links[peerID]?.documentsSinceCompare += event.documents.filter { $0.error == nil }.count
+            } else {
                 s.links[peerID]?.lastDocuments = clock.now
                 incomingStatusLocked(&s, .busy, link: id, peerID: peerID, error: nil)
                 s.links[peerID]?.status.progress.completed += event.documents.count
@@ -613,9 +625,24 @@ final class MeshRun: Sendable {
                     incomingStatusLocked(&s, .idle, link: link.id, peerID: peerID, error: nil)
                 }
             }
+            // Settle: an outgoing link that moved documents and then went idle is closed and
+            // dialled again, so that its new replication compares everything (reset). Two
+            // peers can end a burst of concurrent edits with the same conflict resolved two
+            // ways on a live link — each side's closing tombstone stays local and the session
+            // believes the peer holds what it sent — and only a full comparison brings them
+            // together. A comparison that moves nothing ends it; one link per tick.
+            if prune == nil, let (peerID, link) = s.links.first(where: { _, link in
+                link.outgoing && !link.closing && link.documentsSinceCompare > 0
+                    && link.idleSince.map { now - $0 >= Self.settleAfter } == true
+            }) {
+                s.links[peerID]?.closing = true
+                prune = link
+                s.links[peerID] = nil
+                s.publishSignal?.yield()
+            }
             // Prune one link beyond the target that the topology does not want, if we still
             // reach its peer without it.
-            if s.links.count > config.targetDegree {
+            if prune == nil, s.links.count > config.targetDegree {
                 for (peerID, link) in s.links.sorted(by: { $0.key < $1.key })
                 where !desired.contains(peerID) && !s.bridges.contains(peerID) && !link.closing
                     && now - link.since >= config.handshakeTimeout {
