@@ -7,6 +7,7 @@ import PeerSyncPosix
 import PeerSyncReplicator
 import PeerSyncStorage
 import PeerSyncTransport
+import PeerSyncTransportTesting
 import PeerSyncWebSocket
 import Synchronization
 import Testing
@@ -43,10 +44,11 @@ func addDocuments(_ collection: PeerSyncDatabase.Collection, prefix: String, cou
     }
 }
 
-/// Polls `condition` until it holds or `timeout` passes; returns whether it held.
+/// Polls `condition` until it holds or `timeout` passes — stretched by `PEERSYNC_SLOW` under a
+/// sanitizer (`TestTiming.slow`) — and returns whether it held.
 func eventually(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async rethrows -> Bool {
     let clock = ContinuousClock()
-    let deadline = clock.now + timeout
+    let deadline = clock.now + TestTiming.slow(timeout)
     while clock.now < deadline {
         if try await condition() { return true }
         try? await Task.sleep(for: .milliseconds(50))
