@@ -8,6 +8,7 @@ import PeerSyncReplicator
 import PeerSyncStorage
 import PeerSyncTransport
 import PeerSyncWebSocket
+import PeerSyncWebSocketReplication
 import Synchronization
 import Testing
 #if SQLite
@@ -81,7 +82,7 @@ func replicatorConfig(_ db: Database, _ listener: URLEndpointListener, type: Rep
     config.replicatorType = type
     config.continuous = continuous
     if let password { config.authenticator = BasicAuthenticator(username: "alice", password: password) }
-    if let identity = listener.tlsIdentity { config.pinnedServerCertificate = identity.certificate.derBytes }
+    if let identity = listener.tlsIdentity { config.pinnedServerCertificate = identity.certificate }
     return config
 }
 
