@@ -13,14 +13,14 @@ import PeerSyncWebSocket
 ///   `.unauthorized` error with `context["status"] == "401"` (permanent: the replicator stops,
 ///   no retry loop).
 /// - `ClientCertificateAuthenticator`: its identity is presented during the TLS handshake.
-/// - Server trust (`wss` only): ``PeerSyncReplicator/ReplicatorConfiguration/pinnedServerCertificate``
-///   wins, then ``PeerSyncReplicator/ReplicatorConfiguration/acceptOnlySelfSignedServerCertificate``,
+/// - Server trust (`wss` only): `pinnedServerCertificate`
+///   wins, then `acceptOnlySelfSignedServerCertificate`,
 ///   then ``trustedRootCertificates`` when set, else the system CA roots (the rules of
 ///   Couchbase Lite's "Authenticating the Listener").
-/// - ``PeerSyncReplicator/ReplicatorConfiguration/headers`` are added to the upgrade request;
+/// - `headers` are added to the upgrade request;
 ///   `heartbeat` is the WebSocket ping interval; a ping unanswered for
 ///   `min(30 s, replyTimeout)` drops the connection as dead.
-/// - ``PeerSyncReplicator/ReplicatorConfiguration/networkInterface`` (an interface name such
+/// - `networkInterface` (an interface name such
 ///   as `lo`/`eth0`, or a local IP address): the socket is bound to that interface's address
 ///   before connecting. An unknown interface fails with `.invalidArgument` (permanent: the
 ///   replicator stops).
