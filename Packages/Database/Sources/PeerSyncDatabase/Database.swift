@@ -560,6 +560,7 @@ public final class Database: Sendable, CustomStringConvertible {
     /// A database-wide local (non-replicated) document, or nil.
     ///
     /// Isolation: a read.
+    @_spi(Replication)
     public func getLocal(id: String) async throws -> LocalDocument? {
         try await read { try LocalStore(keyspace: Meta.localKeyspace).get(id: id, $0) }
     }
@@ -568,6 +569,7 @@ public final class Database: Sendable, CustomStringConvertible {
     /// stored revision is `ifRevision` (`""` = must not exist yet).
     ///
     /// Isolation: a write.
+    @_spi(Replication)
     @discardableResult
     public func putLocal(id: String, json: [String: JSONValue], ifRevision: String? = nil) async throws -> LocalDocument {
         let max = config.maxBodySize
@@ -577,6 +579,7 @@ public final class Database: Sendable, CustomStringConvertible {
     /// Deletes a local document; `.notFound` if missing, `.conflict` if `ifRevision` differs.
     ///
     /// Isolation: a write.
+    @_spi(Replication)
     public func deleteLocal(id: String, ifRevision: String? = nil) async throws {
         try await write { try LocalStore(keyspace: Meta.localKeyspace).delete(id: id, ifRevision: ifRevision, $0) }
     }

@@ -9,6 +9,7 @@ import PeerSyncStorage
 import PeerSyncTransport
 import PeerSyncTransportTesting
 import PeerSyncWebSocket
+import PeerSyncWebSocketReplication
 import Synchronization
 import Testing
 #if SQLite
@@ -83,7 +84,7 @@ func replicatorConfig(_ db: Database, _ listener: URLEndpointListener, type: Rep
     config.replicatorType = type
     config.continuous = continuous
     if let password { config.authenticator = BasicAuthenticator(username: "alice", password: password) }
-    if let identity = listener.tlsIdentity { config.pinnedServerCertificate = identity.certificate.derBytes }
+    if let identity = listener.tlsIdentity { config.pinnedServerCertificate = identity.certificate }
     return config
 }
 
