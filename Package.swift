@@ -20,6 +20,7 @@
 // | Packages/Posix     | PeerSyncPosix             | Transport (error codes)    | CEpoll (epoll)     |
 // | Packages/WebSocket | PeerSyncWebSocketCodec    | Core (pure: no I/O)        | —                  |
 // |                    | PeerSyncWebSocket         | Codec, Posix, Auth         | —                  |
+// |                    | PeerSyncWebSocketReplication | WebSocket, Replicator   | —                  |
 // | Packages/BLIP      | PeerSyncBLIP              | Core (Transport later)     | CZlib (zlib)       |
 // | Packages/Discovery | PeerSyncDiscovery         | Core                       | —                  |
 // |                    | PeerSyncDiscoveryTesting  | Discovery (conformance)    | —                  |
@@ -31,6 +32,10 @@
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 // | Tools/baselines    | PeerSyncSQLiteBaseline    | Core (no product)          | CSQLite (sqlite3)  |
 // |                    | PeerSyncLMDBBaseline      | Storage (no product)       | CLMDB (lmdb)       |
+//
+// PeerSyncWebSocketReplication is the active side's `ws(s)://` connector: its TLS and HTTP
+// settings on `ReplicatorConfiguration` (`pinnedServerCertificate`, …) and `Replicator(config:)`.
+// PeerSyncReplicator itself links no TLS: a replicator over a custom transport needs no OpenSSL.
 //
 // The baselines are raw C yardsticks for `peersync bench` and the backends' tests: benchmark
 // code, in no library product, and by design the one place besides each wrapper module that
@@ -87,6 +92,7 @@ let package = Package(
         .library(name: "PeerSyncPosix", targets: ["PeerSyncPosix"]),
         .library(name: "PeerSyncWebSocketCodec", targets: ["PeerSyncWebSocketCodec"]),
         .library(name: "PeerSyncWebSocket", targets: ["PeerSyncWebSocket"]),
+        .library(name: "PeerSyncWebSocketReplication", targets: ["PeerSyncWebSocketReplication"]),
         .library(name: "PeerSyncBLIP", targets: ["PeerSyncBLIP"]),
         .library(name: "PeerSyncDiscovery", targets: ["PeerSyncDiscovery"]),
         .library(name: "PeerSyncDiscoveryTesting", targets: ["PeerSyncDiscoveryTesting"]),
@@ -212,7 +218,14 @@ let package = Package(
                 dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
         tests("PeerSyncReplicatorTests", folder: "Replicator",
               dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
-                             "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncAuth", "PeerSyncCore"]),
+                             "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore"]),
+
+        // MARK: WebSocket replication (the active side's ws(s):// connector; needs Replicator)
+        library("PeerSyncWebSocketReplication", folder: "WebSocket",
+                dependencies: ["PeerSyncWebSocket", "PeerSyncReplicator", "PeerSyncAuth", "PeerSyncTransport", "PeerSyncCore"]),
+        tests("PeerSyncWebSocketReplicationTests", folder: "WebSocket",
+              dependencies: ["PeerSyncWebSocketReplication", "PeerSyncWebSocket", "PeerSyncReplicator", "PeerSyncAuth",
+                             "PeerSyncTransport", "PeerSyncCore"]),
 
         // MARK: Listener
         library("PeerSyncListener", folder: "Listener",
@@ -220,8 +233,9 @@ let package = Package(
                                "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
         // The end-to-end tests run `peersync serve` / `peersync sync` as child processes.
         tests("PeerSyncListenerTests", folder: "Listener",
-              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncAuth",
-                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncCore", "PeerSyncBLIP", "peersync",
+              dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncWebSocketReplication",
+                             "PeerSyncPosix", "PeerSyncAuth",
+                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore", "PeerSyncBLIP", "peersync",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
         // MARK: Mesh
@@ -250,8 +264,8 @@ let package = Package(
             name: "peersync",
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
-                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncLoopback",
-                "PeerSyncMesh", "PeerSyncDiscovery",
+                "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncWebSocketReplication",
+                "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncDiscovery",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),

@@ -1,6 +1,7 @@
 import PeerSyncCore
 import Foundation
 import PeerSync
+@_spi(Replication) import PeerSyncDatabase
 #if SQLite
 import PeerSyncSQLiteBaseline
 #endif

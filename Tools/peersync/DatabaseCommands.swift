@@ -1,5 +1,6 @@
 import Foundation
 import PeerSync
+@_spi(Replication) import PeerSyncDatabase
 
 /// `peersync --db DIR [--backend B] [--collection SCOPE.NAME] COMMAND ...`
 enum DatabaseCommands {

@@ -2,7 +2,7 @@ import Foundation
 import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncDatabase
-import PeerSyncListener
+import PeerSyncWebSocketReplication
 import PeerSyncReplicator
 import PeerSyncTransport
 import Synchronization
@@ -135,7 +135,7 @@ enum SyncCommand {
             }
             var connector = WebSocketReplicatorConnector()
             if let file = options.value("pinned-cert") {
-                config.pinnedServerCertificate = try readCertificates(file).first?.derBytes
+                config.pinnedServerCertificate = try readCertificates(file).first
             } else if options.flag("self-signed-only") {
                 config.acceptOnlySelfSignedServerCertificate = true
             } else if let file = options.value("ca") {

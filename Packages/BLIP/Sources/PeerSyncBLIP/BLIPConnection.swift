@@ -39,8 +39,8 @@ public enum BLIPCloseReason: Sendable, Equatable {
 /// requests go to the handler registered for their `Profile` with ``setHandler(profile:_:)``,
 /// one at a time in the order they complete; a handler that needs concurrency starts its own
 /// tasks. The handler's return value is the response (nil = empty success); a thrown
-/// `PeerSyncError` becomes an error response (`BLIP`/500 unless the error's context carries
-/// `blipDomain`/`blipCode`). A request with no handler gets `BLIP`/404, as LiteCore answers.
+/// `PeerSyncError` becomes an error response: the ``BLIPError`` it carries
+/// (``PeerSyncError/blipError``), else `BLIP`/500 with its message. A request with no handler gets `BLIP`/404, as LiteCore answers.
 ///
 /// Any protocol violation closes the connection with code 1002 (or 1011 for internal
 /// failures) and ends every pending request with the error.
@@ -505,10 +505,10 @@ public actor BLIPConnection {
         statistics.peakBufferedOutboundBytes = max(statistics.peakBufferedOutboundBytes, total)
     }
 
+    /// The reply to a request whose handler threw `error`: the ``BLIPError`` it carries, else
+    /// `BLIP`/500 with its message.
     private static func errorResponse(for error: PeerSyncError) -> BLIPMessage {
-        let domain = error.context["blipDomain"] ?? "BLIP"
-        let code = error.context["blipCode"].flatMap { Int($0) } ?? 500
-        return .error(domain: domain, code: code, message: error.message)
+        .error(error.blipError ?? .blip(500, error.message))
     }
 
     private func wakeWriter() {

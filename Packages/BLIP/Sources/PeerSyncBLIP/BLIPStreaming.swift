@@ -10,8 +10,8 @@ import PeerSyncCore
 /// Each chunk is framed and (if the message is `.compressed`) deflated frame by frame.
 ///
 /// Errors: if the sequence throws before the message's first frame was written and the message
-/// is a response, an error response is sent instead (`BLIP`/500, or the `blipDomain`/`blipCode`
-/// of a thrown ``PeerSyncError``'s context). Once a message has begun (or for a request, whose
+/// is a response, an error response is sent instead (the ``BLIPError`` a thrown
+/// ``PeerSyncError`` carries, else `BLIP`/500). Once a message has begun (or for a request, whose
 /// number is already taken) BLIP cannot abort it, so the connection is closed with code 1011
 /// and every pending request and incoming stream fails with the error.
 public struct BLIPBodySource: Sendable {

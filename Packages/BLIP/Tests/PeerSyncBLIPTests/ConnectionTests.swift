@@ -88,7 +88,7 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
             BLIPMessage(type: .response, properties: ["n": request.properties["n"] ?? ""], body: request.body.reversed())
         }
         await server.setHandler(profile: "fail") { _ in
-            throw PeerSyncError(.conflict, "nope", context: ["blipDomain": "HTTP", "blipCode": "409"])
+            throw PeerSyncError(.conflict, blip: .http(409, "nope"))
         }
         await client.start()
         await server.start()
@@ -98,8 +98,34 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         #expect(missing.errorDomain == "BLIP" && missing.errorCode == 404)
         let failed = try await client.sendRequest(.request("fail"))
         #expect(failed.errorDomain == "HTTP" && failed.errorCode == 409 && failed.bodyString == "nope")
+        #expect(failed.blipError == .http(409, "nope"))
         await client.close()
         #expect(await server.waitUntilClosed() == .normal)
+    }
+
+    /// A handler's error reply is the `BLIPError` its thrown error carries, on the wire exactly
+    /// the properties `Error-Domain`, `Error-Code` and the message as body; any other error is
+    /// `BLIP`/500 with the error's message. The requester reads the reply back as a `BLIPError`.
+    @Test func errorRepliesAreTypedValues() async throws {
+        let typed = BLIPMessage.error(BLIPError(domain: "LiteCore", code: 7, message: "missing"))
+        let byName = BLIPMessage.error(domain: "LiteCore", code: 7, message: "missing")
+        #expect(typed.encodedContent() == byName.encodedContent())
+        #expect(typed.properties.map { "\($0.0)=\($0.1)" } == ["Error-Domain=LiteCore", "Error-Code=7"])
+
+        let carried = PeerSyncError(.conflict, blip: .http(409, "conflict"), context: ["docID": "a"])
+        #expect(carried.blipError == .http(409, "conflict") && carried.message == "conflict")
+        #expect(carried.with("rev", "1-a").blipError == carried.blipError)
+        #expect(carried != PeerSyncError(.conflict, "conflict", context: ["docID": "a"]))
+        #expect(PeerSyncError(.io, "plain").blipError == nil)
+
+        let (client, server, _, _) = try await connected()
+        await server.setHandler(profile: "plain") { _ in throw PeerSyncError(.io, "disk on fire") }
+        await client.start()
+        await server.start()
+        let reply = try await client.sendRequest(.request("plain"))
+        #expect(reply.blipError == .blip(500, "disk on fire"))
+        #expect(BLIPMessage(type: .response).blipError == nil)
+        await client.close()
     }
 
     /// Issue 9: NUL separates properties on the wire, so a property holding one would reach

@@ -35,7 +35,7 @@ struct GeneratedBytes: AsyncSequence, Sendable {
 
         mutating func next() async throws -> [UInt8]? {
             if let limit = source.failAfter, produced >= limit {
-                throw PeerSyncError(.io, "disk read failed", context: ["blipDomain": "HTTP", "blipCode": "404"])
+                throw PeerSyncError(.io, blip: .http(404, "disk read failed"))
             }
             guard produced < source.total else { return nil }
             var chunk = Array(block.prefix(source.total - produced))

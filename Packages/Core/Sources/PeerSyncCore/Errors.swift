@@ -2,7 +2,9 @@
 /// (which document, which peer, which SQL statement, ...).
 ///
 /// Codes are open-ended: every package adds its own as `static let` in an extension of
-/// ``PeerSyncError/Code``, so callers can match on them (`error.code == .notFound`).
+/// ``PeerSyncError/Code``, so callers can match on them (`error.code == .notFound`). A package
+/// whose errors carry structured facts attaches them as a typed ``detail`` (e.g. PeerSyncBLIP's
+/// `BLIPError`, read back with `error.blipError`) rather than as strings in ``context``.
 public struct PeerSyncError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A stable, machine-readable error code. Compare with `==` against the static members.
     public struct Code: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
@@ -15,11 +17,33 @@ public struct PeerSyncError: Error, Sendable, Hashable, CustomStringConvertible 
     public var message: String
     /// Extra facts about where the error happened, e.g. `["docID": "a", "sql": "..."]`.
     public var context: [String: String]
+    /// A typed value a module attached to the error (nil by default). Kept by ``with(_:_:)``
+    /// and by edits of the other fields; compared and hashed with them.
+    public var detail: (any PeerSyncErrorDetail)?
 
-    public init(_ code: Code, _ message: String, context: [String: String] = [:]) {
+    public init(_ code: Code, _ message: String, context: [String: String] = [:],
+                detail: (any PeerSyncErrorDetail)? = nil) {
         self.code = code
         self.message = message
         self.context = context
+        self.detail = detail
+    }
+
+    /// The attached ``detail`` if it is a `Detail`.
+    public func detail<Detail: PeerSyncErrorDetail>(as type: Detail.Type) -> Detail? {
+        detail as? Detail
+    }
+
+    public static func == (lhs: PeerSyncError, rhs: PeerSyncError) -> Bool {
+        lhs.code == rhs.code && lhs.message == rhs.message && lhs.context == rhs.context
+            && lhs.detail.map { AnyHashable($0) } == rhs.detail.map { AnyHashable($0) }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(code)
+        hasher.combine(message)
+        hasher.combine(context)
+        hasher.combine(detail.map { AnyHashable($0) })
     }
 
     /// A copy with one more context entry.
@@ -36,6 +60,11 @@ public struct PeerSyncError: Error, Sendable, Hashable, CustomStringConvertible 
         return "\(code): \(message) (\(extra))"
     }
 }
+
+/// A typed fact a module attaches to a ``PeerSyncError`` (its ``PeerSyncError/detail``), such
+/// as the domain and code of an error a network peer answered with. Values are immutable and
+/// compared by value.
+public protocol PeerSyncErrorDetail: Sendable, Hashable {}
 
 extension PeerSyncError.Code {
     /// Input that does not parse or does not satisfy a documented constraint.

@@ -6,6 +6,7 @@ import PeerSyncCore
 /// uses the database.
 ///
 /// Thread-safe; ``remove()`` is idempotent.
+@_spi(Replication)
 public final class ActiveStoppable: Sendable, CustomStringConvertible {
     /// What it is, for logs (e.g. "replicator to wss://host/db").
     public let description: String
@@ -37,6 +38,7 @@ extension Database {
     ///
     /// Throws `.closed` once ``close()`` has begun: a user cannot start on a closed (or
     /// closing) database.
+    @_spi(Replication)
     public func addActiveStoppable(_ description: String,
                                    stop: @escaping @Sendable () async -> Void) throws(PeerSyncError) -> ActiveStoppable {
         let stoppable = ActiveStoppable(description: description, stop: stop) { [weak self] stoppable in

@@ -195,10 +195,9 @@ enum BlobIO {
     static let queue = DispatchQueue(label: "peersync.blob-io", attributes: .concurrent)
 
     static func run<R: Sendable>(_ work: @escaping @Sendable () throws(PeerSyncError) -> R) async throws(PeerSyncError) -> R {
-        let result: Result<R, PeerSyncError> = await withCheckedContinuation { continuation in
-            queue.async { continuation.resume(returning: Result { () throws(PeerSyncError) in try work() }) }
-        }
-        return try result.get()
+        try await awaitDelivery { deliver in
+            queue.async { deliver(Result { () throws(PeerSyncError) in try work() }) }
+        }.get()
     }
 }
 

@@ -281,9 +281,8 @@ public final class BlobWriter: Sendable {
     }
 
     private func run<R: Sendable>(_ work: @escaping @Sendable () throws(PeerSyncError) -> R) async throws(PeerSyncError) -> R {
-        let result: Result<R, PeerSyncError> = await withCheckedContinuation { continuation in
-            queue.async { continuation.resume(returning: Result { () throws(PeerSyncError) in try work() }) }
-        }
-        return try result.get()
+        try await awaitDelivery { deliver in
+            queue.async { deliver(Result { () throws(PeerSyncError) in try work() }) }
+        }.get()
     }
 }

@@ -196,6 +196,7 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// purged documents are not.
     ///
     /// Isolation: a read (see "Isolation" on ``Database``).
+    @_spi(Replication)
     public func changes(since: UInt64, limit: Int? = nil) async throws -> [ChangeEntry] {
         let engine = self.engine
         return try await database.read { try engine.changes(since: since, limit: limit, $0) }
@@ -219,6 +220,7 @@ extension Collection {
     /// The document's whole revision tree, or nil if the document does not exist.
     ///
     /// Isolation: a read (see "Isolation" on ``Database``).
+    @_spi(Replication)
     public func revisions(of docID: String) async throws -> DocumentRevisions? {
         let engine = self.engine
         return try await database.read { try engine.revisions(of: docID, $0) }
@@ -227,6 +229,7 @@ extension Collection {
     /// The body of one revision, or nil if the revision is unknown or its body was dropped.
     ///
     /// Isolation: a read (see "Isolation" on ``Database``).
+    @_spi(Replication)
     public func revisionBody(docID: String, revID: RevisionID) async throws -> [String: JSONValue]? {
         let engine = self.engine
         return try await database.read { try engine.revisionBody(id: docID, revisionID: revID, $0) }
@@ -236,6 +239,7 @@ extension Collection {
     /// Throws `.invalidDocumentID` like ``document(id:)``.
     ///
     /// Isolation: a read (see "Isolation" on ``Database``).
+    @_spi(Replication)
     public func documentIncludingDeleted(id: String) async throws -> Document? {
         let engine = self.engine
         return try await database.read { try engine.documentIncludingDeleted(id: id, $0) }
@@ -251,6 +255,7 @@ extension Collection {
     /// Blobs the body references must already be stored.
     ///
     /// Isolation: a write (see "Isolation" on ``Database``).
+    @_spi(Replication)
     @discardableResult
     public func insertRevision(docID: String, revID: RevisionID, history: [RevisionID],
                                body: [String: JSONValue], deleted: Bool,
@@ -269,6 +274,7 @@ extension Collection {
     /// new current revision. Throws `.invalidArgument` unless both are distinct leaves.
     ///
     /// Isolation: a write (see "Isolation" on ``Database``).
+    @_spi(Replication)
     @discardableResult
     public func resolveConflict(docID: String, winningRevID: RevisionID, losingRevID: RevisionID,
                                 mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {
@@ -284,6 +290,7 @@ extension Collection {
     /// Nothing is read or saved; its blobs resolve against this database.
     ///
     /// Isolation: no storage access; returns at once.
+    @_spi(Replication)
     public func makeDocument(id: String, revisionID: RevisionID, properties: [String: JSONValue],
                              isDeleted: Bool) -> Document {
         Document(id: id, revisionID: revisionID.description, sequence: 0, isDeleted: isDeleted,
@@ -306,6 +313,7 @@ extension Collection {
     /// one is a leaf (after reopening) or gets `mergedBody` as a child.
     ///
     /// Isolation: a write (see "Isolation" on ``Database``).
+    @_spi(Replication)
     @discardableResult
     public func closeConflict(docID: String, winningRevisionID: RevisionID, losingRevisionID: RevisionID?,
                               mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {
@@ -319,6 +327,7 @@ extension Collection {
     /// A local (non-replicated) document of this collection (e.g. a checkpoint), or nil.
     ///
     /// Isolation: a read (see "Isolation" on ``Database``).
+    @_spi(Replication)
     public func getLocal(id: String) async throws -> LocalDocument? {
         let keyspace = spec.localKeyspace
         let engine = self.engine
@@ -332,6 +341,7 @@ extension Collection {
     /// stored revision is `ifRevision` (`""` = must not exist yet).
     ///
     /// Isolation: a write (see "Isolation" on ``Database``).
+    @_spi(Replication)
     @discardableResult
     public func putLocal(id: String, json: [String: JSONValue], ifRevision: String? = nil) async throws -> LocalDocument {
         let keyspace = spec.localKeyspace
@@ -347,6 +357,7 @@ extension Collection {
     /// Deletes a local document; `.notFound` if missing, `.conflict` if `ifRevision` differs.
     ///
     /// Isolation: a write (see "Isolation" on ``Database``).
+    @_spi(Replication)
     public func deleteLocal(id: String, ifRevision: String? = nil) async throws {
         let keyspace = spec.localKeyspace
         let engine = self.engine

@@ -27,11 +27,9 @@ extension Database {
     /// Runs `work` on the writer queue with the open storage, after every write submitted
     /// before it; throws `.closed` if the database closed first.
     func onWriterQueue<R: Sendable>(_ work: @escaping @Sendable (any Storage) throws -> R) async throws -> R {
-        try await withCheckedThrowingContinuation { continuation in
-            writerQueue.async {
-                continuation.resume(with: Result { try work(try self.openStorage()) })
-            }
-        }
+        try await awaitDelivery { deliver in
+            writerQueue.async { deliver(Result { try work(try self.openStorage()) }) }
+        }.get()
     }
 
     /// Runs `body` in a write transaction on the writer queue, then hands listeners the
@@ -59,13 +57,13 @@ extension Database {
     /// for it; throws `.closed` at once if the database is closed or closing its storage.
     func onReader<R: Sendable>(_ work: @escaping @Sendable (any Storage) throws -> R) async throws -> R {
         let storage = try beginRead()
-        return try await withCheckedThrowingContinuation { continuation in
+        return try await awaitDelivery { deliver in
             readers.submit {
                 let result = Result { try work(storage) }
                 self.readsInFlight.leave()
-                continuation.resume(with: result)
+                deliver(result)
             }
-        }
+        }.get()
     }
 
     /// Runs `body` in a read transaction (a snapshot) on a reader thread; see

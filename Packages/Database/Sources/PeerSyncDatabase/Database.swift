@@ -156,9 +156,9 @@ public final class Database: Sendable, CustomStringConvertible {
         let queue = DispatchQueue(label: "peersync.database.\(name).writer")
         let blobStore = BlobStore(directory: URL(fileURLWithPath: path, isDirectory: true)
             .appendingPathComponent("blobs", isDirectory: true), durable: config.durable)
-        let storage: any Storage = try await withCheckedThrowingContinuation { continuation in
+        let storage: any Storage = try await awaitDelivery { deliver in
             queue.async {
-                continuation.resume(with: Result {
+                deliver(Result {
                     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
                     try blobStore.createDirectories()
                     let options = StorageOptions(create: true, durable: config.durable, busyTimeout: config.busyTimeout)
@@ -168,7 +168,7 @@ public final class Database: Sendable, CustomStringConvertible {
                         ?? PeerSyncError(.io, "cannot open database: \(error.localizedDescription)", context: ["path": path])
                 })
             }
-        }
+        }.get()
         self.name = name
         self.path = path
         self.config = config
@@ -327,7 +327,7 @@ public final class Database: Sendable, CustomStringConvertible {
     /// Isolation: runs on the writer queue after the writes submitted before it.
     public func close() async throws {
         await stopActiveStoppables()
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        try await awaitDelivery { (deliver: @escaping @Sendable (Result<Void, any Error>) -> Void) in
             writerQueue.async {
                 let (storage, timer) = self.state.withLock { state in
                     defer { state.storage = nil; state.timer = nil }
@@ -338,9 +338,9 @@ public final class Database: Sendable, CustomStringConvertible {
                 // No read can start any more (the storage is gone from `state`); those in
                 // flight finish on their snapshots first. They never need this queue.
                 self.readsInFlight.wait()
-                continuation.resume(with: Result { try storage?.close() })
+                deliver(Result { try storage?.close() })
             }
-        }
+        }.get()
     }
 
     /// Closes the database (see ``close()``) and deletes its folder with everything in it.
@@ -560,6 +560,7 @@ public final class Database: Sendable, CustomStringConvertible {
     /// A database-wide local (non-replicated) document, or nil.
     ///
     /// Isolation: a read.
+    @_spi(Replication)
     public func getLocal(id: String) async throws -> LocalDocument? {
         try await read { try LocalStore(keyspace: Meta.localKeyspace).get(id: id, $0) }
     }
@@ -568,6 +569,7 @@ public final class Database: Sendable, CustomStringConvertible {
     /// stored revision is `ifRevision` (`""` = must not exist yet).
     ///
     /// Isolation: a write.
+    @_spi(Replication)
     @discardableResult
     public func putLocal(id: String, json: [String: JSONValue], ifRevision: String? = nil) async throws -> LocalDocument {
         let max = config.maxBodySize
@@ -577,6 +579,7 @@ public final class Database: Sendable, CustomStringConvertible {
     /// Deletes a local document; `.notFound` if missing, `.conflict` if `ifRevision` differs.
     ///
     /// Isolation: a write.
+    @_spi(Replication)
     public func deleteLocal(id: String, ifRevision: String? = nil) async throws {
         try await write { try LocalStore(keyspace: Meta.localKeyspace).delete(id: id, ifRevision: ifRevision, $0) }
     }

@@ -65,6 +65,7 @@ public final class DatabaseTransaction {
 
     /// Like ``Collection/insertRevision(docID:revID:history:body:deleted:allowConflict:)``:
     /// a replicator inserts a batch of pulled revisions in one transaction.
+    @_spi(Replication)
     @discardableResult
     public func insertRevision(docID: String, revID: RevisionID, history: [RevisionID],
                                body: [String: JSONValue], deleted: Bool, in collection: Collection,
@@ -76,6 +77,7 @@ public final class DatabaseTransaction {
     /// Like ``insertRevision(docID:revID:history:body:deleted:in:allowConflict:)``, also
     /// returning the document's revision tree as written (what ``revisions(of:in:)`` would
     /// read next) without reading it again; the tree is nil when nothing was added.
+    @_spi(Replication)
     public func insertRevisionReturningRevisions(docID: String, revID: RevisionID, history: [RevisionID],
                                                  body: [String: JSONValue], deleted: Bool, in collection: Collection,
                                                  allowConflict: Bool = true) throws
@@ -87,6 +89,7 @@ public final class DatabaseTransaction {
     }
 
     /// Like ``Collection/revisions(of:)``.
+    @_spi(Replication)
     public func revisions(of docID: String, in collection: Collection) throws -> DocumentRevisions? {
         try engine(collection).revisions(of: docID, writer)
     }

@@ -408,6 +408,7 @@ struct DocumentEngine {
 }
 
 /// One entry of a collection's changes feed (what the replicator reads).
+@_spi(Replication)
 public struct ChangeEntry: Sendable, Hashable {
     /// The document ID.
     public let docID: String

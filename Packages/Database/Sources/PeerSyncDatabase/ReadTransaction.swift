@@ -4,6 +4,7 @@ import PeerSyncStorage
 /// The stored body of one revision exactly as the storage holds it: canonical JSON (sorted
 /// keys, no whitespace; ``JSONValue/canonicalData`` of the body), read without parsing.
 /// A replicator sends these bytes as they are.
+@_spi(Replication)
 public struct RevisionBodyData: Sendable, Hashable {
     /// The revision the body belongs to.
     public let revID: RevisionID
@@ -126,16 +127,19 @@ public final class DatabaseReadTransaction {
     }
 
     /// Like ``Collection/revisions(of:)``.
+    @_spi(Replication)
     public func revisions(of docID: String, in collection: Collection) throws -> DocumentRevisions? {
         try engine(collection).revisions(of: docID, reader)
     }
 
     /// Like ``Collection/revisionBody(docID:revID:)``.
+    @_spi(Replication)
     public func revisionBody(docID: String, revID: RevisionID, in collection: Collection) throws -> [String: JSONValue]? {
         try engine(collection).revisionBody(id: docID, revisionID: revID, reader)
     }
 
     /// Like ``Collection/revisionBodyData(docID:revID:)``: the stored bytes, not parsed.
+    @_spi(Replication)
     public func revisionBodyData(docID: String, revID: RevisionID, in collection: Collection) throws -> RevisionBodyData? {
         try engine(collection).revisionBodyData(id: docID, revisionID: revID, reader)
     }
@@ -144,6 +148,7 @@ public final class DatabaseReadTransaction {
     /// revision, tombstones included, when `revID` is nil — from one record read. Nil when the
     /// document does not exist; the body is nil when that revision is unknown or its body
     /// was dropped.
+    @_spi(Replication)
     public func revisionsAndBody(of docID: String, revID: RevisionID? = nil, in collection: Collection) throws
         -> (revisions: DocumentRevisions, body: RevisionBodyData?)? {
         guard let (revs, body) = try engine(collection).revisionsAndBody(of: docID, revisionID: revID, reader) else {
@@ -177,6 +182,7 @@ extension Collection {
     /// revision is unknown or its body was dropped). See ``RevisionBodyData``.
     ///
     /// Isolation: a read (see "Isolation" on ``Database``).
+    @_spi(Replication)
     public func revisionBodyData(docID: String, revID: RevisionID) async throws -> RevisionBodyData? {
         let engine = self.engine
         return try await database.read { try engine.revisionBodyData(id: docID, revisionID: revID, $0) }

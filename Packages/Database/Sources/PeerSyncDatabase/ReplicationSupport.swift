@@ -6,6 +6,7 @@ import PeerSyncStorage
 // Apps normally do not need them.
 
 /// One node of a document's revision tree.
+@_spi(Replication)
 public struct RevisionInfo: Sendable, Hashable {
     public let revID: RevisionID
     /// The parent revision, nil for a root (generation 1, or an ancestor pruned away).
@@ -20,6 +21,7 @@ public struct RevisionInfo: Sendable, Hashable {
 }
 
 /// A document's whole revision tree.
+@_spi(Replication)
 public struct DocumentRevisions: Sendable, Hashable {
     public let docID: String
     /// The sequence of the document's latest change.
@@ -53,6 +55,7 @@ public struct DocumentRevisions: Sendable, Hashable {
 }
 
 /// The outcome of ``Collection/insertRevision(docID:revID:history:body:deleted:allowConflict:)``.
+@_spi(Replication)
 public struct InsertResult: Sendable, Hashable {
     /// The revision that was inserted.
     public let revID: RevisionID
@@ -76,6 +79,7 @@ public struct InsertResult: Sendable, Hashable {
 
 /// A local (non-replicated) document: replication checkpoints and other private state.
 /// Its revision ID is `0-<counter>`, increased by every put (as in LiteCore).
+@_spi(Replication)
 public struct LocalDocument: Sendable, Hashable {
     public let id: String
     public let revisionID: String

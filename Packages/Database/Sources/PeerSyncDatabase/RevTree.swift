@@ -1,6 +1,7 @@
 import PeerSyncCore
 
 /// Flags of one revision in a document's revision tree.
+@_spi(Replication)
 public struct RevisionFlags: OptionSet, Sendable, Hashable {
     public let rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }

@@ -1,7 +1,7 @@
 import Foundation
 import PeerSyncCore
 import Testing
-@testable import PeerSyncDatabase
+@_spi(Replication) @testable import PeerSyncDatabase
 
 private func blobFiles(_ db: Database) throws -> [String] {
     try FileManager.default.contentsOfDirectory(atPath: db.path + "/blobs").filter { $0.hasSuffix(".blob") }.sorted()

@@ -1,7 +1,7 @@
 import Foundation
 import PeerSyncCore
 import Testing
-@testable import PeerSyncDatabase
+@_spi(Replication) @testable import PeerSyncDatabase
 
 /// One writer, concurrent readers: what may run while a read or a write transaction is open.
 /// Reads are held open inside the storage by ``GatedBackend`` and writes inside `inBatch`, so

@@ -2,7 +2,7 @@ import Foundation
 import PeerSyncCore
 import PeerSyncStorage
 import Testing
-@testable import PeerSyncDatabase
+@_spi(Replication) @testable import PeerSyncDatabase
 
 @Suite struct DatabaseTests {
     @Test(arguments: Backend.available)

@@ -2,7 +2,7 @@ import Foundation
 import PeerSyncCore
 import PeerSyncStorage
 import Testing
-@testable import PeerSyncDatabase
+@_spi(Replication) @testable import PeerSyncDatabase
 
 /// Documents read from the database keep their stored canonical JSON and parse it only when a
 /// property is used (``StoredBody``).

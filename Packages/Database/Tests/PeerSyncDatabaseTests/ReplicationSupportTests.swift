@@ -1,7 +1,7 @@
 import Foundation
 import PeerSyncCore
 import Testing
-@testable import PeerSyncDatabase
+@_spi(Replication) @testable import PeerSyncDatabase
 
 @Suite struct ReplicationSupportTests {
     @Test(arguments: Backend.available)

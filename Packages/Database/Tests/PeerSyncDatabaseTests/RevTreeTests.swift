@@ -1,6 +1,6 @@
 import PeerSyncCore
 import Testing
-@testable import PeerSyncDatabase
+@_spi(Replication) @testable import PeerSyncDatabase
 
 private func body(_ text: String) -> [UInt8] { Array(text.utf8) }
 

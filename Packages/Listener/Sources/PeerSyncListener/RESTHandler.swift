@@ -1,6 +1,6 @@
 import Foundation
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncWebSocket
 
 /// The listener's REST API (JSON in and out, same port and authentication as replication),

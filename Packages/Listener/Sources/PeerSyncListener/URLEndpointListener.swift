@@ -2,7 +2,7 @@ import Foundation
 import PeerSyncAuth
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncReplicator
 import PeerSyncTransport
 import PeerSyncWebSocket

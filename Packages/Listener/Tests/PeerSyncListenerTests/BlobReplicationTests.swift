@@ -3,6 +3,7 @@ import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncListener
 import PeerSyncReplicator
+import PeerSyncWebSocketReplication
 import Synchronization
 import Testing
 

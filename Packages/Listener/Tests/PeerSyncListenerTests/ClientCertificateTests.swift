@@ -5,6 +5,7 @@ import PeerSyncDatabase
 import PeerSyncListener
 import PeerSyncReplicator
 import PeerSyncTransport
+import PeerSyncWebSocketReplication
 import Testing
 
 /// TLS client-certificate authentication end to end: a listener with a
@@ -43,7 +44,7 @@ import Testing
         var config = ReplicatorConfiguration(target: try Endpoint(url: "wss://127.0.0.1:\(try #require(listener.port))/server"))
         config.addCollection(try db.defaultCollection())
         config.authenticator = ClientCertificateAuthenticator(identity: identity)
-        config.pinnedServerCertificate = listener.tlsIdentity?.certificate.derBytes
+        config.pinnedServerCertificate = listener.tlsIdentity?.certificate
         config.maxAttemptWaitTime = .milliseconds(200)
         return config
     }

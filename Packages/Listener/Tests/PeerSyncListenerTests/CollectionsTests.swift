@@ -5,6 +5,7 @@ import PeerSyncDatabase
 import PeerSyncListener
 import PeerSyncReplicator
 import PeerSyncTransport
+import PeerSyncWebSocketReplication
 import Synchronization
 import Testing
 
@@ -38,7 +39,7 @@ import Testing
     func target(_ listener: URLEndpointListener) throws -> ReplicatorConfiguration {
         var config = ReplicatorConfiguration(target: try Endpoint(url: "wss://127.0.0.1:\(try #require(listener.port))/server"))
         config.authenticator = BasicAuthenticator(username: "alice", password: "secret")
-        config.pinnedServerCertificate = listener.tlsIdentity?.certificate.derBytes
+        config.pinnedServerCertificate = listener.tlsIdentity?.certificate
         config.maxAttemptWaitTime = .milliseconds(200)
         return config
     }

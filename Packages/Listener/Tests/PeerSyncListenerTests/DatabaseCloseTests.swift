@@ -5,6 +5,7 @@ import PeerSyncListener
 import PeerSyncPosix
 import PeerSyncReplicator
 import PeerSyncWebSocket
+import PeerSyncWebSocketReplication
 import Testing
 
 /// Closing a database stops the listener serving it, as Couchbase Lite does.

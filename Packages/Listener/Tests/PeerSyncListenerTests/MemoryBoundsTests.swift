@@ -2,6 +2,7 @@ import PeerSyncCore
 import PeerSyncDatabase
 @testable import PeerSyncListener
 import PeerSyncReplicator
+import PeerSyncWebSocketReplication
 import Testing
 
 /// Issue 9 §4 at the listener level: its partial-message budget is the configured one, and

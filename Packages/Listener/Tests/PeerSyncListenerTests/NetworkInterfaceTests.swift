@@ -7,6 +7,7 @@ import PeerSyncPosix
 import PeerSyncReplicator
 import PeerSyncTransport
 import PeerSyncWebSocket
+import PeerSyncWebSocketReplication
 import Testing
 
 /// `networkInterface` on the active side: the client socket is bound to the interface's

@@ -4,6 +4,7 @@ import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncListener
 import PeerSyncReplicator
+import PeerSyncWebSocketReplication
 import Testing
 
 /// The REST API with real HTTP requests over TCP.

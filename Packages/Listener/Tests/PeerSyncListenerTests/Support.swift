@@ -7,7 +7,9 @@ import PeerSyncPosix
 import PeerSyncReplicator
 import PeerSyncStorage
 import PeerSyncTransport
+import PeerSyncTransportTesting
 import PeerSyncWebSocket
+import PeerSyncWebSocketReplication
 import Synchronization
 import Testing
 #if SQLite
@@ -43,10 +45,11 @@ func addDocuments(_ collection: PeerSyncDatabase.Collection, prefix: String, cou
     }
 }
 
-/// Polls `condition` until it holds or `timeout` passes; returns whether it held.
+/// Polls `condition` until it holds or `timeout` passes — stretched by `PEERSYNC_SLOW` under a
+/// sanitizer (`TestTiming.slow`) — and returns whether it held.
 func eventually(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async rethrows -> Bool {
     let clock = ContinuousClock()
-    let deadline = clock.now + timeout
+    let deadline = clock.now + TestTiming.slow(timeout)
     while clock.now < deadline {
         if try await condition() { return true }
         try? await Task.sleep(for: .milliseconds(50))
@@ -81,7 +84,7 @@ func replicatorConfig(_ db: Database, _ listener: URLEndpointListener, type: Rep
     config.replicatorType = type
     config.continuous = continuous
     if let password { config.authenticator = BasicAuthenticator(username: "alice", password: password) }
-    if let identity = listener.tlsIdentity { config.pinnedServerCertificate = identity.certificate.derBytes }
+    if let identity = listener.tlsIdentity { config.pinnedServerCertificate = identity.certificate }
     return config
 }
 

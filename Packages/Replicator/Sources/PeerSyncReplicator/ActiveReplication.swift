@@ -1,7 +1,7 @@
 import Foundation
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncTransport
 
 /// One connection's worth of active replication: open, compare checkpoints, push and/or

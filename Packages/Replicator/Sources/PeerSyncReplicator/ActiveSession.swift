@@ -67,7 +67,7 @@ final class ActiveSession: Sendable {
         }
         await blip.setHandler(profile: "proposeChanges", owner: self) { s, request in
             _ = try s.context.collection(of: request)
-            throw blipError("HTTP", 403, "the active peer does not accept proposed changes")
+            throw PeerSyncError.reply(.http(403, "the active peer does not accept proposed changes"))
         }
         await blip.start()
     }
@@ -81,7 +81,7 @@ final class ActiveSession: Sendable {
     /// property; `BLIP`/404 when that collection has no such worker).
     private func worker<Worker>(_ workers: [Worker?], _ request: BLIPRequest) throws -> Worker {
         let (index, _) = try context.collection(of: request)
-        guard let worker = workers[index] else { throw blipError("BLIP", 404, "no handler for message") }
+        guard let worker = workers[index] else { throw PeerSyncError.reply(.blip(404, "no handler for message")) }
         return worker
     }
 
@@ -124,15 +124,15 @@ final class ActiveSession: Sendable {
         let body: JSONValue = .object(["checkpoint_ids": .array(checkpointIDs.map { .string($0) }),
                                        "collections": .array(collections.map { .string($0.path) })])
         let reply = try await context.send(.request("getCollections", body: body.json), "getCollections")
-        if reply.isError, reply.errorDomain == "BLIP", reply.errorCode == 404 {
+        if let refusal = reply.blipError, refusal.domain == "BLIP", refusal.code == 404 {
             // Legacy peer: only the default collection, no `collection` property.
             guard collections.count == 1, collections[0].path == "_default" else {
                 throw PeerSyncError(.collectionNotServed, "the peer does not support collections; only the default collection can be replicated")
             }
             context.useLegacyMode(collections[0])
             let cp = try await context.send(.request("getCheckpoint", properties: [("client", checkpointIDs[0])]), "getCheckpoint")
-            if cp.isError {
-                if cp.errorCode == 404 { return [(nil, nil)] }
+            if let refusal = cp.blipError {
+                if refusal.code == 404 { return [(nil, nil)] }
                 _ = try cp.checked("getCheckpoint")
             }
             return [(try JSONValue.parse(cp.body, "checkpoint").objectValue, cp.properties["rev"])]
@@ -160,7 +160,7 @@ final class ActiveSession: Sendable {
         if let rev { props["rev"] = rev }
         for (k, v) in context.collectionProperty(index) { props[k] = v }
         var reply = try await context.send(.request("setCheckpoint", properties: props, body: body.json), "setCheckpoint")
-        if reply.isError, reply.errorCode == 409 {
+        if reply.blipError?.code == 409 {
             var getProps: BLIPProperties = [("client", client)]
             for (k, v) in context.collectionProperty(index) { getProps[k] = v }
             let current = try await context.send(.request("getCheckpoint", properties: getProps), "getCheckpoint")

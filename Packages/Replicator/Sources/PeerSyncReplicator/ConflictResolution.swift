@@ -1,5 +1,5 @@
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// How the active side settles a conflict with the peer's revision, the Couchbase Lite way
 /// (see the Replicator README, "Conflicts"): the collection's resolver decides the content,

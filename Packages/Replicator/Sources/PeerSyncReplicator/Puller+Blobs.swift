@@ -65,7 +65,7 @@ extension Puller {
             return try await writer.finish(expectedDigest: digest, contentType: contentType)
         } catch {
             await writer.cancel()
-            throw blipError("HTTP", 422, "attachment \(digest) failed verification: \(error)")
+            throw PeerSyncError.reply(.http(422, "attachment \(digest) failed verification: \(error)"))
         }
     }
 

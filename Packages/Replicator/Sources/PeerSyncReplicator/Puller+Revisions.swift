@@ -1,6 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// Receiving one revision (`rev`): read it (IDs, history, body, a delta applied to its base,
 /// legacy attachments), fetch the blobs it references, insert it with the next shared
@@ -28,7 +28,7 @@ extension Puller {
     func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         do {
             return try await receivePulledRev(request)
-        } catch let error as PeerSyncError where context.failure == nil && error.context["blipCode"] != "422" {
+        } catch let error as PeerSyncError where context.failure == nil && error.blipError?.isHTTP(422) != true {
             let docID = request.properties["id"] ?? "-"
             do { try DocumentID.validate(docID) } catch let idError {
                 // An ID no database can hold (e.g. NUL): a per-document error; the session goes on.
@@ -57,7 +57,7 @@ extension Puller {
         }
         var incoming: IncomingRevision
         do { incoming = try await readRevision(request, docID: docID, revID: revID) } catch let error as PeerSyncError
-            where error.context["blipCode"] == "422" {
+            where error.blipError?.isHTTP(422) == true {
             notStored = false  // the peer resends the full revision with this sequence
             throw error
         }
@@ -115,7 +115,7 @@ extension Puller {
         let (e, docError) = Self.storageErrors(error, docID: r.docID)
         finishRev(sequence, failed: true)
         // The session is already ending (another failure, or stopped): nothing new to report.
-        guard context.failure == nil, !context.isClosed else { return blipError("HTTP", 503, e.message) }
+        guard context.failure == nil, !context.isClosed else { return PeerSyncError.reply(.http(503, e.message)) }
         reportError(r.docID, docError, flags: r.flags)
         context.fail(docError)
         return Self.storageReply(e)
@@ -129,7 +129,7 @@ extension Puller {
     func handlePushedRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         let (docID, revID) = try Self.ids(of: request)
         try Self.checkDocumentID(docID)
-        if readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
+        if readOnly { throw PeerSyncError.reply(.http(403, "Attempting to push to a pull-only replicator")) }
         var incoming = try await readRevision(request, docID: docID, revID: revID)
         incoming.body = try Self.decodeAttachments(incoming.body)
         let c = collection.collection
@@ -146,7 +146,7 @@ extension Puller {
             outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: false))
         } catch {
             let (e, docError) = Self.storageErrors(error, docID: docID)
-            guard !context.isClosed else { throw blipError("HTTP", 503, e.message) }
+            guard !context.isClosed else { throw PeerSyncError.reply(.http(503, e.message)) }
             // No local replicator reports it: the listener logs it.
             Logger(.replicator).error("could not store \(docID) in \(c.fullName): \(e.message)")
             reportError(docID, docError, flags: incoming.flags)
@@ -167,7 +167,7 @@ extension Puller {
     private static func ids(of request: BLIPRequest) throws -> (String, RevisionID) {
         guard let docID = request.properties["id"], let revText = request.properties["rev"],
               let revID = try? RevisionID(revText) else {
-            throw blipError("HTTP", 400, "invalid document or revision ID")
+            throw PeerSyncError.reply(.http(400, "invalid document or revision ID"))
         }
         return (docID, revID)
     }
@@ -175,7 +175,7 @@ extension Puller {
     /// `HTTP`/400 for an ID no database can hold (e.g. NUL): a per-document error.
     private static func checkDocumentID(_ docID: String) throws {
         do { try DocumentID.validate(docID) } catch {
-            throw blipError("HTTP", 400, error.message)
+            throw PeerSyncError.reply(.http(400, error.message))
         }
     }
 
@@ -190,7 +190,7 @@ extension Puller {
         if let text = props["history"], !text.isEmpty {
             for part in text.split(separator: ",") {
                 guard let r = try? RevisionID(part.trimmingCharacters(in: .whitespaces)) else {
-                    throw blipError("HTTP", 400, "invalid revision history")
+                    throw PeerSyncError.reply(.http(400, "invalid revision history"))
                 }
                 history.append(r)
             }
@@ -202,18 +202,18 @@ extension Puller {
             guard let base = try? RevisionID(src), let revs = try await c.revisions(of: docID),
                   let info = revs.revision(base), !info.isDeleted,
                   var baseBody = try await c.revisionBody(docID: docID, revID: base) else {
-                throw blipError("HTTP", 422, "unknown delta base revision \(src)")
+                throw PeerSyncError.reply(.http(422, "unknown delta base revision \(src)"))
             }
             // A delta touching `_attachments` is against the base's legacy form (notes §8).
             if parsed[LegacyAttachments.key] != nil {
                 baseBody = LegacyAttachments.encode(baseBody, revpos: base.generation)
             }
             do { newBody = try JSONDelta.apply(parsed, to: .object(baseBody)) } catch {
-                throw blipError("HTTP", 422, error.message)
+                throw PeerSyncError.reply(.http(422, error.message))
             }
         }
         guard let body = newBody.objectValue else {
-            throw blipError("HTTP", 400, "revision body must be a JSON object")
+            throw PeerSyncError.reply(.http(400, "revision body must be a JSON object"))
         }
         return IncomingRevision(docID: docID, revID: revID, history: history, deleted: props.bool("deleted"), body: body)
     }
@@ -223,7 +223,7 @@ extension Puller {
     /// present `_attachments`, as LiteCore answers).
     private static func decodeAttachments(_ body: [String: JSONValue]) throws -> [String: JSONValue] {
         do { return try LegacyAttachments.decode(body) } catch {
-            throw blipError("LiteCore", 7, error.message)
+            throw PeerSyncError.reply(BLIPError(domain: "LiteCore", code: 7, message: error.message))
         }
     }
 
@@ -232,9 +232,9 @@ extension Puller {
     private static func inserted(_ outcome: RevisionInsertOutcome) throws -> (InsertResult, DocumentRevisions?) {
         switch outcome {
         case .refused(let error) where error.code == .conflict:
-            throw blipError("HTTP", 409, "conflict: the revision's parent is not the current revision")
+            throw PeerSyncError.reply(.http(409, "conflict: the revision's parent is not the current revision"))
         case .refused(let error):
-            throw blipError("HTTP", 400, error.message)
+            throw PeerSyncError.reply(.http(400, error.message))
         case .inserted(let result, let tree):
             return (result, tree)
         }
@@ -248,7 +248,7 @@ extension Puller {
 
     /// The answer to a `rev` that could not be stored: `HTTP`/507 for disk full, 500 otherwise.
     private static func storageReply(_ e: PeerSyncError) -> PeerSyncError {
-        e.code == .diskFull ? blipError("HTTP", 507, e.message) : blipError("HTTP", 500, e.message)
+        e.code == .diskFull ? PeerSyncError.reply(.http(507, e.message)) : PeerSyncError.reply(.http(500, e.message))
     }
 }
 

@@ -1,6 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// Receives one collection's revisions from the peer (LiteCore's `Puller`, with its
 /// `RevFinder`): decides from each `changes`/`proposeChanges` batch which revisions to ask for,
@@ -256,7 +256,7 @@ actor Puller {
         _ request: BLIPRequest, docIDAt offset: Int,
         _ answer: (_ entry: [JSONValue], _ docID: String, _ revID: RevisionID, _ revs: DocumentRevisions?) -> JSONValue
     ) async throws -> BLIPMessage {
-        if readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
+        if readOnly { throw PeerSyncError.reply(.http(403, "Attempting to push to a pull-only replicator")) }
         let entries = try changeEntries(request)
         if entries.isEmpty { return BLIPMessage(type: .response, body: Array("[]".utf8)) }
         let trees = try await readTrees(entries, docIDAt: offset)
@@ -274,7 +274,7 @@ actor Puller {
     /// The entries of a `changes`/`proposeChanges` body (`BLIP`/400 unless a JSON array).
     private func changeEntries(_ request: BLIPRequest) throws -> [JSONValue] {
         guard let entries = try JSONValue.parse(request.body, request.profile ?? "changes").arrayValue else {
-            throw blipError("BLIP", 400, "changes body must be an array")
+            throw PeerSyncError.reply(.blip(400, "changes body must be an array"))
         }
         return entries
     }
@@ -298,7 +298,7 @@ actor Puller {
     private static func parse(_ entry: JSONValue, docIDAt offset: Int) throws -> ([JSONValue], String, RevisionID) {
         guard let e = entry.arrayValue, e.count > offset + 1, let docID = e[offset].stringValue,
               let revText = e[offset + 1].stringValue, let revID = try? RevisionID(revText) else {
-            throw blipError("BLIP", 400, "malformed change entry")
+            throw PeerSyncError.reply(.blip(400, "malformed change entry"))
         }
         return (e, docID, revID)
     }

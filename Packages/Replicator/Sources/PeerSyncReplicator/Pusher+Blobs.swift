@@ -37,18 +37,18 @@ extension Pusher {
     /// The stored blob for a digest this pusher has sent, or the error to answer with.
     private func servedBlob(_ request: BLIPRequest) async throws -> Blob {
         guard let digest = request.properties["digest"], digest.hasPrefix("sha1-") else {
-            throw blipError("BLIP", 400, "missing or invalid digest")
+            throw PeerSyncError.reply(.blip(400, "missing or invalid digest"))
         }
         guard sentBlobDigests.contains(digest) else {
-            throw blipError("HTTP", 403, "attachment is not referenced by a revision sent to this peer")
+            throw PeerSyncError.reply(.http(403, "attachment is not referenced by a revision sent to this peer"))
         }
         let blob: Blob?
         do {
             blob = try await context.database.getBlob(properties: ["@type": "blob", "digest": .string(digest), "length": 0])
         } catch let error as PeerSyncError where error.code == .invalidArgument {
-            throw blipError("BLIP", 400, "invalid digest")
+            throw PeerSyncError.reply(.blip(400, "invalid digest"))
         }
-        guard let blob else { throw blipError("HTTP", 404, "no such attachment") }
+        guard let blob else { throw PeerSyncError.reply(.http(404, "no such attachment")) }
         return blob
     }
 
@@ -68,7 +68,7 @@ extension Pusher {
     func handleProveAttachment(_ request: BLIPRequest) async throws -> BLIPMessage? {
         let nonce = request.body
         guard (16...255).contains(nonce.count) else {
-            throw blipError("BLIP", 400, "proveAttachment nonce must be 16 to 255 bytes")
+            throw PeerSyncError.reply(.blip(400, "proveAttachment nonce must be 16 to 255 bytes"))
         }
         let blob = try await servedBlob(request)
         let proof = try await Self.attachmentProof(nonce: nonce, content: BlobChunks(blob: blob, activity: blobActivity))

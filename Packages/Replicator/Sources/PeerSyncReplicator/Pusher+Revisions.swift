@@ -1,6 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// What the peer's reply to `proposeChanges`/`changes` says about the revisions to send.
 struct RevisionOffer: Sendable {
@@ -150,24 +150,21 @@ extension Pusher {
             var deltaProps = props
             deltaProps["deltaSrc"] = base.description
             reply = try await sendRevRequest(.request("rev", properties: deltaProps, body: delta, flags: [.compressed]))
-            if reply.isError, reply.errorDomain == "HTTP", reply.errorCode == 422 {
+            if reply.blipError?.isHTTP(422) == true {
                 reply = try await sendRevRequest(.request("rev", properties: props, body: full, flags: [.compressed]))
             }
         } else {
             reply = try await sendRevRequest(.request("rev", properties: props, body: full, flags: [.compressed]))
         }
-        if reply.isError, reply.errorDomain == "HTTP", reply.errorCode == 507 {
+        guard let refusal = reply.blipError else { return nil }
+        if refusal.isHTTP(507) {
             // The peer could not store it (disk full): not a per-document refusal; the push
             // stops here and its checkpoint stays before this revision.
-            throw PeerSyncError(.diskFull, "disk full on the peer: \(reply.bodyString)",
-                                context: ["docID": docID, "status": "507"])
+            throw PeerSyncError(.diskFull, "disk full on the peer: \(refusal.message)", context: ["docID": docID],
+                                detail: refusal)
         }
-        if reply.isError {
-            return PeerSyncError(reply.errorCode == 409 ? .conflict : .replicationFailed,
-                                 "the peer refused the revision: \(reply.errorDomain ?? "BLIP")/\(reply.errorCode ?? 0) \(reply.bodyString)",
-                                 context: ["docID": docID, "status": String(reply.errorCode ?? 0)])
-        }
-        return nil
+        return PeerSyncError(refusal.code == 409 ? .conflict : .replicationFailed, "the peer refused the revision: \(refusal)",
+                             context: ["docID": docID], detail: refusal)
     }
 
     /// Tells the peer that the revision in `props` cannot be sent because of `error` (a `norev`

@@ -1,6 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// Pushes one collection's changes to the peer (LiteCore's `Pusher`): reads the changes feed
 /// in batches, offers each batch, sends the revisions the peer asks for (``Pusher+Revisions``)

@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncCore
-import PeerSyncDatabase
+import PeerSyncBLIP
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncTransport
 
 /// Direction of a replicator (Couchbase Lite's `ReplicatorType`).
@@ -8,8 +9,12 @@ public enum ReplicatorType: Sendable, Hashable {
     case pushAndPull, push, pull
 }
 
-/// Opens the connection a replicator runs over. This module does not depend on WebSocket:
-/// the listener package provides the `ws://`/`wss://` connector; tests use loopback.
+/// Opens the connection a replicator runs over, from the configuration it is given (its
+/// `target`, `authenticator` and the ``ReplicatorConfiguration/connectorOptions`` the connector
+/// defines). Called once per connection attempt, from the replicator's task; errors it throws
+/// are retried or stop the replicator like any other (see ``Replicator``). This module knows no
+/// transport: `PeerSyncWebSocketReplication` provides the `ws://`/`wss://` connector (and
+/// `Replicator(config:)`), tests and custom transports pass their own.
 public typealias ReplicatorConnector = @Sendable (ReplicatorConfiguration) async throws -> any MessageConnection
 
 /// Replicator settings (Couchbase Lite's `ReplicatorConfiguration`), with its defaults.
@@ -24,17 +29,11 @@ public struct ReplicatorConfiguration: Sendable {
     public var continuous = false
     /// Credentials presented to the peer (used by the connector). Default nil.
     public var authenticator: (any Authenticator)?
-    /// Accept only self-signed server certificates (used by the connector). Default false.
-    public var acceptOnlySelfSignedServerCertificate = false
-    /// The DER certificate the server must present (used by the connector). Default nil.
-    public var pinnedServerCertificate: [UInt8]?
-    /// Extra HTTP headers (used by the connector).
-    public var headers: [String: String] = [:]
-    /// The network interface to connect through (used by the connector): a name such as
-    /// `lo`/`eth0` or a local IP address; the WebSocket connector binds the client socket to
-    /// its address before connecting, and an unknown interface stops the replicator with
-    /// `.invalidArgument`. Default nil: the system chooses.
-    public var networkInterface: String?
+    /// Settings that only a connector reads, under keys the connector's module defines; that
+    /// module also adds them as typed properties of this struct (the WebSocket connector's
+    /// `pinnedServerCertificate`, `acceptOnlySelfSignedServerCertificate`, `headers`,
+    /// `networkInterface`). Empty by default: every key reads as its default value.
+    public var connectorOptions = ReplicatorConnectorOptions()
     /// Keep-alive interval; default 300 s. Also bounds how long a reply is awaited (see
     /// ``replyTimeout``). Setting a negative or zero value throws from ``Replicator/init(config:connector:)``.
     public var heartbeat: Duration = .seconds(300)
@@ -408,7 +407,10 @@ public final class Replicator: Sendable {
         case .unauthorized, .collectionNotServed, .invalidArgument, .protocolError: return true
         case .diskFull, .corrupt: return !continuous
         default:
-            if let status = e.context["status"].flatMap(Int.init), (400..<500).contains(status), status != 408, status != 429 { return true }
+            // A 4xx from the peer (a BLIP error reply, or the HTTP status of a refused WebSocket
+            // upgrade) but 408 and 429.
+            if let status = e.blipError?.code ?? e.context["status"].flatMap(Int.init),
+               (400..<500).contains(status), status != 408, status != 429 { return true }
             if e.code.rawValue.lowercased().contains("tls") || e.code.rawValue.lowercased().contains("certificate") { return true }
             return false
         }

@@ -1,6 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// The passive side's answers about the session itself rather than documents: `getCollections`
 /// (which collections the peer replicates, with their checkpoints) and the peer's checkpoints
@@ -21,11 +21,11 @@ struct Responder: Sendable {
         guard let body = try JSONValue.parse(request.body, "getCollections").objectValue,
               let names = body["collections"]?.arrayValue, let ids = body["checkpoint_ids"]?.arrayValue,
               names.count == ids.count, !names.isEmpty else {
-            throw blipError("BLIP", 400, "getCollections needs collections and checkpoint_ids of the same length")
+            throw PeerSyncError.reply(.blip(400, "getCollections needs collections and checkpoint_ids of the same length"))
         }
         let paths = names.compactMap(\.stringValue)
         guard paths.count == names.count, Set(paths).count == paths.count else {
-            throw blipError("BLIP", 400, "collection names must be distinct strings")
+            throw PeerSyncError.reply(.blip(400, "collection names must be distinct strings"))
         }
         let indexed = paths.map { path in served.first { $0.path == path } }
         context.setCollections(indexed)
@@ -56,7 +56,7 @@ struct Responder: Sendable {
         let client = try Self.client(of: request)
         guard let stored = try await context.database.getLocal(id: Self.checkpointKey(client)),
               let body = stored.properties["body"] else {
-            throw blipError("HTTP", 404, "no checkpoint")
+            throw PeerSyncError.reply(.http(404, "no checkpoint"))
         }
         return BLIPMessage(type: .response, properties: [("rev", stored.revisionID)], body: body.json)
     }
@@ -73,13 +73,13 @@ struct Responder: Sendable {
                                                             ifRevision: request.properties["rev"] ?? "")
             return BLIPMessage(type: .response, properties: [("rev", saved.revisionID)])
         } catch let error as PeerSyncError where error.code == .conflict {
-            throw blipError("HTTP", 409, "checkpoint revision mismatch")
+            throw PeerSyncError.reply(.http(409, "checkpoint revision mismatch"))
         }
     }
 
     private static func client(of request: BLIPRequest) throws -> String {
         guard let client = request.properties["client"], !client.isEmpty else {
-            throw blipError("BLIP", 400, "missing client")
+            throw PeerSyncError.reply(.blip(400, "missing client"))
         }
         return client
     }

@@ -1,5 +1,5 @@
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// One received revision, checked and ready to insert.
 struct RevisionInsert: Sendable {

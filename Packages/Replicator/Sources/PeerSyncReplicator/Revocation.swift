@@ -1,5 +1,5 @@
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// Loss of access on the pull side (Sync Gateway revocations, as LiteCore handles them).
 ///

@@ -128,15 +128,15 @@ final class SessionContext: Sendable {
         switch table {
         case .collectionAware(let indexed):
             guard let value, let index = Int(value) else {
-                throw blipError("HTTP", 400, "inappropriate use of the collection property.")
+                throw PeerSyncError.reply(.http(400, "inappropriate use of the collection property."))
             }
             guard indexed.indices.contains(index), let c = indexed[index] else {
-                throw blipError("HTTP", 400, "the collection property is out of range.")
+                throw PeerSyncError.reply(.http(400, "the collection property is out of range."))
             }
             return (index, c)
         case .legacy(let c):
-            guard value == nil else { throw blipError("HTTP", 400, "inappropriate use of the collection property.") }
-            guard let c else { throw blipError("HTTP", 404, "the default collection is not served") }
+            guard value == nil else { throw PeerSyncError.reply(.http(400, "inappropriate use of the collection property.")) }
+            guard let c else { throw PeerSyncError.reply(.http(404, "the default collection is not served")) }
             return (0, c)
         case .awaitingFirstMessage:
             preconditionFailure("the first message selected a mode above")
@@ -149,7 +149,7 @@ final class SessionContext: Sendable {
     func beginCollectionAwareMode() throws -> [SessionCollection] {
         try state.withLock { s throws(PeerSyncError) in
             guard case .awaitingFirstMessage(let served) = s.table else {
-                throw blipError("BLIP", 400, "getCollections must be the first message")
+                throw PeerSyncError.reply(.blip(400, "getCollections must be the first message"))
             }
             s.table = .collectionAware([])
             return served

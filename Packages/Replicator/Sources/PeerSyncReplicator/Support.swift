@@ -3,16 +3,6 @@ import PeerSyncBLIP
 import PeerSyncCore
 import PeerSyncTransport
 
-extension PeerSyncError.Code {
-    /// The peer answered a replication request with an error (the context holds its
-    /// `domain` and `status`).
-    public static let replicationFailed = Self(rawValue: "replicationFailed")
-    /// The peer refused the credentials (HTTP 401) or the operation (HTTP 403): permanent.
-    public static let unauthorized = Self(rawValue: "unauthorized")
-    /// The peer does not serve a configured collection: permanent.
-    public static let collectionNotServed = Self(rawValue: "collectionNotServed")
-}
-
 /// Carries BLIP frames over a ``MessageConnection``: one binary message per frame; text
 /// messages are ignored (as LiteCore does).
 struct MessageConnectionChannel: BLIPFrameChannel {
@@ -141,20 +131,14 @@ extension JSONValue {
     var json: [UInt8] { canonicalData }
 }
 
-/// An error to send back as a BLIP error response.
-func blipError(_ domain: String, _ code: Int, _ message: String) -> PeerSyncError {
-    PeerSyncError(.replicationFailed, message, context: ["blipDomain": domain, "blipCode": String(code)])
-}
-
 extension BLIPMessage {
-    /// Throws a typed error if this is an error response.
+    /// Throws if this is an error response: `.unauthorized` for `HTTP`/401 and 403, else
+    /// `.replicationFailed`, carrying the reply as ``PeerSyncError/blipError`` and `what` as
+    /// `context["request"]`.
     func checked(_ what: String) throws -> BLIPMessage {
-        guard isError else { return self }
-        let domain = errorDomain ?? "BLIP"
-        let status = errorCode ?? 0
-        let code: PeerSyncError.Code = (domain == "HTTP" && (status == 401 || status == 403)) ? .unauthorized : .replicationFailed
-        throw PeerSyncError(code, "\(what) failed: \(domain)/\(status) \(bodyString)",
-                            context: ["domain": domain, "status": String(status), "request": what])
+        guard let reply = blipError else { return self }
+        let code: PeerSyncError.Code = reply.isHTTP(401) || reply.isHTTP(403) ? .unauthorized : .replicationFailed
+        throw PeerSyncError(code, "\(what) failed: \(reply)", context: ["request": what], detail: reply)
     }
 }
 
@@ -188,7 +172,7 @@ extension BLIPConnection {
         profile: String, concurrent: Bool = false, owner: Owner,
         _ handler: @escaping @Sendable (Owner, BLIPRequest) async throws -> BLIPReply?) {
         setStreamingHandler(profile: profile, concurrent: concurrent) { [weak owner] request in
-            guard let owner else { throw blipError("BLIP", 503, "replication session ended") }
+            guard let owner else { throw PeerSyncError.reply(.blip(503, "replication session ended")) }
             return try await handler(owner, request)
         }
     }

@@ -1,6 +1,6 @@
 import Foundation
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
 import Testing

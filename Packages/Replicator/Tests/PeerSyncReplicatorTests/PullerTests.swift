@@ -1,7 +1,7 @@
 import Foundation
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncLoopback
 @testable import PeerSyncReplicator
 import Synchronization

@@ -11,7 +11,7 @@ import Testing
 /// at most `maxAttempts` failures in a row, and the count (so the backoff) starting again
 /// after a connection that got going. The waits are read from ``ReplicatorStatus/retry``,
 /// not timed, so the tests do not depend on machine speed.
-@Suite(.timeLimit(.minutes(2))) struct RetryTests {
+@Suite(.timeLimit(.minutes(2 * slowFactor))) struct RetryTests {
     /// Records every status a replicator reports.
     final class StatusLog: Sendable {
         let statuses = Mutex<[ReplicatorStatus]>([])

@@ -1,7 +1,7 @@
 import Foundation
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
 import PeerSyncStorage

@@ -13,14 +13,22 @@ import PeerSyncWebSocket
 ///   `.unauthorized` error with `context["status"] == "401"` (permanent: the replicator stops,
 ///   no retry loop).
 /// - `ClientCertificateAuthenticator`: its identity is presented during the TLS handshake.
-/// - Server trust (`wss` only): `pinnedServerCertificate` wins, then
-///   `acceptOnlySelfSignedServerCertificate`, then ``trustedRootCertificates`` when set,
-///   else the system CA roots (the rules of Couchbase Lite's "Authenticating the Listener").
-/// - `headers` are added to the upgrade request; `heartbeat` is the WebSocket ping interval;
-///   a ping unanswered for `min(30 s, replyTimeout)` drops the connection as dead.
-/// - `networkInterface` (an interface name such as `lo`/`eth0`, or a local IP address): the
-///   socket is bound to that interface's address before connecting. An unknown interface
-///   fails with `.invalidArgument` (permanent: the replicator stops).
+/// - Server trust (`wss` only): `pinnedServerCertificate`
+///   wins, then `acceptOnlySelfSignedServerCertificate`,
+///   then ``trustedRootCertificates`` when set, else the system CA roots (the rules of
+///   Couchbase Lite's "Authenticating the Listener").
+/// - `headers` are added to the upgrade request;
+///   `heartbeat` is the WebSocket ping interval; a ping unanswered for
+///   `min(30 s, replyTimeout)` drops the connection as dead.
+/// - `networkInterface` (an interface name such
+///   as `lo`/`eth0`, or a local IP address): the socket is bound to that interface's address
+///   before connecting. An unknown interface fails with `.invalidArgument` (permanent: the
+///   replicator stops).
+///
+/// Those four settings are this module's: it adds them to `ReplicatorConfiguration` (stored in
+/// its `connectorOptions`), so they exist wherever this module is imported.
+///
+/// Thread-safety: a value type; ``connect(_:)`` may be called from any task, concurrently.
 public struct WebSocketReplicatorConnector: Sendable {
     /// CA roots to verify the server against when no pin / self-signed policy is set. nil
     /// (default): the system roots.
@@ -72,8 +80,8 @@ public struct WebSocketReplicatorConnector: Sendable {
         }
         if config.target.scheme == "wss" {
             let trust: ServerTrust
-            if let der = config.pinnedServerCertificate {
-                trust = .pinned(try Certificate(derBytes: der))
+            if let pinned = config.pinnedServerCertificate {
+                trust = .pinned(pinned)
             } else if config.acceptOnlySelfSignedServerCertificate {
                 trust = .selfSignedOnly
             } else if let roots = trustedRootCertificates {
