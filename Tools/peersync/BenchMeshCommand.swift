@@ -18,7 +18,7 @@ import Foundation
 import PeerSync
 import PeerSyncAuth
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncMesh
 import PeerSyncReplicator
 

@@ -1,6 +1,6 @@
 import PeerSyncAuth
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncDiscovery
 import PeerSyncReplicator
 

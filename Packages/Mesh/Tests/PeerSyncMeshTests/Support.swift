@@ -1,7 +1,7 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 import PeerSyncDiscovery
 import PeerSyncLoopback
 import PeerSyncMesh
