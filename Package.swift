@@ -233,6 +233,10 @@ let package = Package(
         library("PeerSyncMesh", folder: "Mesh",
                 dependencies: ["PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",
                                "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore"]),
+        tests("PeerSyncMeshTests", folder: "Mesh",
+              dependencies: ["PeerSyncMesh", "PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",
+                             "PeerSyncStorage", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
         library("PeerSyncMeshWiFi", folder: "Mesh",
                 dependencies: ["PeerSyncMesh", "PeerSyncDNSSD", "PeerSyncDiscovery", "PeerSyncWebSocket", "PeerSyncPosix",
                                "PeerSyncAuth", "PeerSyncTransport", "PeerSyncCore"]),
@@ -260,6 +264,7 @@ let package = Package(
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
                 "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncLoopback",
+                "PeerSyncMesh", "PeerSyncDiscovery",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),

@@ -12,7 +12,7 @@ import PeerSyncLMDBBaseline
 /// measured in the same run. Never used as timed assertions in tests.
 enum BenchCommand {
     static func run(_ args: [String]) async throws -> Int32 {
-        guard let what = args.first else { throw UsageError("bench needs a subject: storage, transport or sync") }
+        guard let what = args.first else { throw UsageError("bench needs a subject: storage, transport, sync or mesh") }
         switch what {
         case "storage":
             return try await StorageBenchmark.run(Array(args.dropFirst()))
@@ -20,8 +20,10 @@ enum BenchCommand {
             return try await runTransport(Array(args.dropFirst()))
         case "sync":
             return try await SyncBenchmark.run(Array(args.dropFirst()))
+        case "mesh":
+            return try await MeshBenchmark.run(Array(args.dropFirst()))
         default:
-            throw UsageError("unknown benchmark '\(what)' (available: storage, transport, sync)")
+            throw UsageError("unknown benchmark '\(what)' (available: storage, transport, sync, mesh)")
         }
     }
 

@@ -46,6 +46,8 @@ struct PeerSyncCLI {
       peersync bench sync --against URL [--docs N] [--repeat R] [--json] [--directions push,pull]
                           [--user U --password P] [--self-signed-only | --pinned-cert FILE | --ca FILE]
                              the same documents pushed to / pulled from any replication endpoint
+      peersync bench mesh [--peers 16,64] [--docs-per-peer N] [--repeat R] [--json] [--timeout S]
+                             in-process multipeer meshes: convergence time, links, diameter, RSS
       peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]
                                [--usage server|client|both] [--cn NAME] [--days N] [--hostname NAME] [--ip ADDR]
                              --ca: a certificate authority, the only kind of identity --issuer accepts

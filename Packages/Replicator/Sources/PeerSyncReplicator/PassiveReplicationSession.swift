@@ -22,6 +22,10 @@ public struct PassiveReplicationSession: Sendable {
         public var enableDeltaSync: Bool
         /// How long to wait for the peer to answer a request before closing the connection.
         public var replyTimeout: Duration
+        /// Called with every batch of documents this side sent to the peer (`isPush` true) or
+        /// stored from it (`isPush` false), on a session task, in the order they happened per
+        /// direction; keep it quick. Default nil.
+        public var onDocumentReplication: (@Sendable (DocumentReplication) -> Void)? = nil
 
         public init(readOnly: Bool = false, enableDeltaSync: Bool = false, replyTimeout: Duration = .seconds(60)) {
             self.readOnly = readOnly
@@ -36,8 +40,19 @@ public struct PassiveReplicationSession: Sendable {
     ///   - connection: a BLIP connection that has not been started.
     ///   - collections: the collections this side serves (all of `database`).
     public init(connection: BLIPConnection, database: Database, collections: [Collection], options: Options = Options()) {
+        self.init(connection: connection, database: database,
+                  collectionConfigurations: collections.map { ($0, CollectionConfiguration()) }, options: options)
+    }
+
+    /// Serves `collectionConfigurations` with their settings: the push filter and document IDs
+    /// choose what the peer may pull from this side, the pull filter which of the revisions it
+    /// pushes are stored (a refused one is acknowledged and skipped, as when pulling). Conflict
+    /// resolvers are not used: a passive side refuses conflicting pushes (409) instead.
+    public init(connection: BLIPConnection, database: Database,
+                collectionConfigurations: [(collection: Collection, config: CollectionConfiguration)],
+                options: Options = Options()) {
         session = PassiveSession(blip: connection, database: database,
-                                 collections: collections.map { SessionCollection(collection: $0, config: CollectionConfiguration()) },
+                                 collections: collectionConfigurations.map { SessionCollection(collection: $0.collection, config: $0.config) },
                                  options: options)
     }
 

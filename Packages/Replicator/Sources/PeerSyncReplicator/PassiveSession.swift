@@ -28,8 +28,10 @@ final class PassiveSession: Sendable {
 
     init(blip: BLIPConnection, database: Database, collections: [SessionCollection],
          options: PassiveReplicationSession.Options) {
+        var events = SessionEvents()
+        if let onDocuments = options.onDocumentReplication { events.documents = onDocuments }
         context = SessionContext(blip: blip, database: database, table: .awaitingFirstMessage(served: collections),
-                                 replyTimeout: options.replyTimeout)
+                                 replyTimeout: options.replyTimeout, events: events)
         responder = Responder(context: context)
         inserter = RevisionInserter(database: database)
         self.options = options

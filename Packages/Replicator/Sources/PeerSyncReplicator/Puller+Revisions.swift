@@ -132,8 +132,15 @@ extension Puller {
         if readOnly { throw blipError("HTTP", 403, "Attempting to push to a pull-only replicator") }
         var incoming = try await readRevision(request, docID: docID, revID: revID)
         incoming.body = try Self.decodeAttachments(incoming.body)
-        let pins = try await fetchMissingBlobs(of: incoming)
         let c = collection.collection
+        // The pull filter of the served collection (a mesh peer's): a refused revision is
+        // acknowledged and not stored, as a refused pulled one is.
+        if let filter = collection.config.pullFilter,
+           !filter(c.makeDocument(id: docID, revisionID: revID, properties: incoming.body, isDeleted: incoming.deleted),
+                   incoming.flags) {
+            return nil
+        }
+        let pins = try await fetchMissingBlobs(of: incoming)
         let outcome: RevisionInsertOutcome
         do {
             outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: false))

@@ -57,6 +57,10 @@ public struct ReplicatorConfiguration: Sendable {
     /// PeerSync extension: how long an awaited reply may take before the connection is
     /// considered dead (then retried). Default 60 s.
     public var replyTimeout: Duration = .seconds(60)
+    /// PeerSync extension: a stable name of the peer (the mesh: its peer ID) that keys the
+    /// checkpoints instead of ``target``'s URL, so a peer reached at a new address (another
+    /// IP, port or transport) resumes from the same checkpoints. Default nil: the URL keys them.
+    public var remoteIdentity: String?
 
     public init(target: Endpoint) {
         self.target = target
@@ -76,6 +80,10 @@ public struct ReplicatorConfiguration: Sendable {
     /// The configured collections.
     public var collections: [Collection] { collectionConfigurations.map(\.collection) }
 
+    /// What identifies the peer in checkpoint IDs: ``remoteIdentity`` (prefixed so that it can
+    /// never equal a URL) or else the target URL.
+    var checkpointRemoteKey: String { remoteIdentity.map { "identity:" + $0 } ?? target.description }
+
     /// The settings of one collection, if configured.
     public func collectionConfiguration(_ collection: Collection) -> CollectionConfiguration? {
         collectionConfigurations.first { $0.collection == collection }?.config
@@ -91,6 +99,11 @@ public enum ReplicatorActivityLevel: Sendable, Hashable {
 public struct ReplicatorProgress: Sendable, Hashable {
     public var completed: Int
     public var total: Int
+
+    public init(completed: Int, total: Int) {
+        self.completed = completed
+        self.total = total
+    }
 }
 
 /// A snapshot of a replicator's state. Two statuses are equal when activity, progress,
@@ -106,6 +119,15 @@ public struct ReplicatorStatus: Sendable, Hashable {
     /// `maxAttempts` transient failures (then ``ReplicatorRetry/nextAttemptIn`` is nil);
     /// nil otherwise, including after a permanent error.
     public var retry: ReplicatorRetry? = nil
+
+    /// For components that report a replication's state in these terms (the mesh's incoming links).
+    public init(activity: ReplicatorActivityLevel, progress: ReplicatorProgress, error: PeerSyncError?,
+                retry: ReplicatorRetry? = nil) {
+        self.activity = activity
+        self.progress = progress
+        self.error = error
+        self.retry = retry
+    }
 }
 
 /// A failed connection attempt of a replicator (see ``ReplicatorStatus/retry``).
@@ -324,7 +346,7 @@ public final class Replicator: Sendable {
             throw PeerSyncError(.invalidArgument, "a pull-only replicator has no pending documents")
         }
         let sc = SessionCollection(collection: collection, config: cc)
-        let id = ActiveReplication.checkpointID(database: collection.database, remoteURL: config.target.description, sc,
+        let id = ActiveReplication.checkpointID(database: collection.database, remoteURL: config.checkpointRemoteKey, sc,
                                                 push: config.replicatorType != .pull, pull: config.replicatorType != .push)
         let since = UInt64(clamping: try await collection.getLocal(id: id)?.properties["local"]?.intValue ?? 0)
         var out = Set<String>()
@@ -432,7 +454,7 @@ public final class Replicator: Sendable {
                 setStatus { $0.activity = .busy; $0.error = nil }
                 let run = ActiveReplication(database: database, collections: collections,
                                             push: cfg.replicatorType != .pull, pull: cfg.replicatorType != .push,
-                                            continuous: cfg.continuous, reset: resetNext, remoteURL: cfg.target.description,
+                                            continuous: cfg.continuous, reset: resetNext, remoteURL: cfg.checkpointRemoteKey,
                                             enableAutoPurge: cfg.enableAutoPurge,
                                             replyTimeout: min(cfg.replyTimeout, cfg.heartbeat), events: events)
                 resetNext = false

@@ -1,0 +1,61 @@
+import Foundation
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncMesh
+import PeerSyncReplicator
+import Testing
+
+/// Seeded random schedules: peers save, edit the same documents concurrently, delete, stop and
+/// restart, and lose their links to partitions, in an order drawn from the seed; after the
+/// network heals and every peer runs, every database must hold the same current revisions.
+@Suite struct MeshRandomScheduleTests {
+    /// Seeds to run: 100 by default; `PEERSYNC_MESH_SEEDS=N` runs N (e.g. 1,000 once).
+    static let seedCount = max(1, ProcessInfo.processInfo.environment["PEERSYNC_MESH_SEEDS"].flatMap { Int($0) } ?? 100)
+    /// Ten batches run side by side; the seeds of a batch run one after another.
+    static let batches = 0..<min(10, seedCount)
+
+    @Test(arguments: batches)
+    func randomSchedulesConverge(batch: Int) async throws {
+        for seed in stride(from: batch, to: Self.seedCount, by: Self.batches.count) {
+            try await run(seed: seed)
+        }
+    }
+
+    func run(seed: Int) async throws {
+        var random = SplitMix64(seed: UInt64(seed) &* 0x9E37_79B9 &+ 17)
+        let count = 3 + seed % 2
+        var tuning = MeshTuning()
+        tuning.handshakeTimeout = .seconds(1)
+        tuning.maximumRetryDelay = .milliseconds(300)
+        try await withMesh(count, prefix: "s\(seed)-", tuning: tuning) { mesh in
+            let names = mesh.peers.map(\.name)
+            var running = Set(names)
+            try await mesh.startAll()
+            let documents = ["a", "b", "c", "d", "e"]
+            for _ in 0..<8 {
+                let peer = mesh.peers[Int.random(in: 0..<count, using: &random)]
+                switch Int.random(in: 0..<10, using: &random) {
+                case 0..<5:
+                    let id = documents.randomElement(using: &random) ?? "a"
+                    try await peer.save(id, ["v": .int(Int64.random(in: 0..<1000, using: &random)), "by": .string(peer.name)])
+                case 5:
+                    try await peer.delete(documents.randomElement(using: &random) ?? "a")
+                case 6:
+                    if running.remove(peer.name) != nil { await peer.replicator.stop() }
+                case 7:
+                    if running.insert(peer.name).inserted { try await peer.replicator.start() }
+                case 8:
+                    let cut = Int.random(in: 1..<count, using: &random)
+                    let shuffled = names.shuffled(using: &random)
+                    mesh.network.partition([Array(shuffled[..<cut]), Array(shuffled[cut...])])
+                default:
+                    mesh.network.heal()
+                }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0..<80, using: &random)))
+            }
+            mesh.network.heal()
+            for peer in mesh.peers where !running.contains(peer.name) { try await peer.replicator.start() }
+            try await mesh.expectConvergence(within: .seconds(60), "seed \(seed) did not converge")
+        }
+    }
+}

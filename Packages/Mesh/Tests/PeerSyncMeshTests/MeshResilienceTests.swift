@@ -1,0 +1,138 @@
+import Foundation
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncDiscovery
+import PeerSyncMesh
+import PeerSyncReplicator
+import PeerSyncTransport
+import Testing
+
+/// Partitions, churn, duplicate dials and restarts.
+@Suite struct MeshResilienceTests {
+    @Test func partitionIntoThreeGroupsThenHeal() async throws {
+        try await withMesh(12) { mesh in
+            try await mesh.startAll()
+            for peer in mesh.peers { try await peer.save("before-\(peer.name)", ["by": .string(peer.name)]) }
+            #expect(try await eventually(.seconds(60)) { try await mesh.converged(expecting: 12) })
+            let groups = [Array(mesh.peers[0..<4]), Array(mesh.peers[4..<8]), Array(mesh.peers[8..<12])]
+            mesh.network.partition(groups.map { $0.map(\.name) })
+            for peer in mesh.peers {
+                try await peer.save("during-\(peer.name)", ["by": .string(peer.name)])
+                // The same document edited on every side: a conflict to settle after the heal.
+                try await peer.save("contested", ["by": .string(peer.name)])
+            }
+            // Each side converges on its own: its 4 new documents and one version of "contested".
+            for group in groups {
+                try await mesh.expectConvergence(group, expecting: 12 + 4 + 1, within: .seconds(60), "a side did not converge")
+            }
+            // Nothing crossed the partition.
+            #expect(try await mesh.peers[0].snapshot()["during-p4"] == nil)
+            mesh.network.heal()
+            try await mesh.expectConvergence(expecting: 12 + 12 + 1, within: .seconds(90), "not converged after the heal")
+        }
+    }
+
+    @Test func churnWhileWritingConverges() async throws {
+        try await withMesh(10) { mesh in
+            try await mesh.startAll()
+            let churning = Array(mesh.peers[5..<10])
+            var written = 0
+            for round in 0..<3 {
+                for peer in churning { await peer.replicator.stop() }
+                // Writes continue everywhere: on running peers and in the stopped peers' databases.
+                for peer in mesh.peers {
+                    try await peer.save("r\(round)-\(peer.name)", ["round": .int(Int64(round))])
+                    written += 1
+                }
+                try await Task.sleep(for: .milliseconds(300))
+                for peer in churning { try await peer.replicator.start() }
+                for peer in mesh.peers.prefix(5) {
+                    try await peer.save("r\(round)-after-\(peer.name)", ["round": .int(Int64(round))])
+                    written += 1
+                }
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            try await mesh.expectConvergence(expecting: written, within: .seconds(90), "not converged after churn")
+        }
+    }
+
+    @Test func bothSidesDiallingAtOnceLeavesExactlyOneLink() async throws {
+        let network = try InProcessMeshNetwork()
+        var tuning = MeshTuning()
+        // The designated side's dial takes longer than the other side waits before it dials
+        // too: both links complete, one must go.
+        tuning.handshakeTimeout = .milliseconds(400)
+        let dials = LockedValue(0)
+        let delay = slow(.seconds(2))
+        let wrap: @Sendable (any MeshLinkTransport) -> any MeshLinkTransport = { DelayedDials(wrapping: $0, delay: delay, count: dials) }
+        let a = try await MeshPeer("ra", network: network, tuning: tuning, wrapLinks: wrap)
+        let b = try await MeshPeer("rb", network: network, tuning: tuning, wrapLinks: wrap)
+        try await a.replicator.start()
+        try await b.replicator.start()
+        #expect(try await eventually(.seconds(20)) { dials.withLock { $0 } >= 2 })
+        #expect(try await eventually(.seconds(20)) {
+            a.replicator.peerInfo(for: b.replicator.peerID)?.replicatorTransport != nil
+                && b.replicator.peerInfo(for: a.replicator.peerID)?.replicatorTransport != nil
+                && network.links.liveLinkCount == 1
+        })
+        // And it stays one, and it carries documents.
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(network.links.liveLinkCount == 1)
+        try await a.save("x", ["v": 1])
+        #expect(try await eventually(.seconds(10)) { try await b.snapshot()["x"] != nil })
+        await a.close()
+        await b.close()
+    }
+
+    @Test func aPeerRestartedAtANewAddressResumes() async throws {
+        try await withMesh(3) { mesh in
+            try await mesh.startAll()
+            for i in 0..<20 { try await mesh.peers[0].save("d\(i)", ["i": .int(Int64(i))]) }
+            #expect(try await eventually(.seconds(30)) { try await mesh.converged(expecting: 20) })
+            let moved = mesh.peers[2]
+            await moved.replicator.stop()
+            let received = Recorder<PeerDocumentReplication>()
+            moved.replicator.addPeerDocumentReplicationListener { received.append($0) }
+            try await mesh.peers[1].save("new", ["v": 1])
+            // Its links listen on a new port now; peers find it there and resume.
+            try await moved.replicator.start()
+            #expect(try await eventually(.seconds(30)) { try await mesh.converged(expecting: 21) })
+            try await Task.sleep(for: .milliseconds(300))
+            let pulledAgain = received.all.filter { !$0.isPush }.flatMap(\.documents).filter { $0.id.hasPrefix("d") }
+            #expect(pulledAgain.isEmpty, "documents it had were pulled again: \(pulledAgain.map(\.id))")
+        }
+    }
+
+    @Test func closingTheDatabaseStopsTheReplicator() async throws {
+        let network = try InProcessMeshNetwork()
+        let peer = try await MeshPeer("dbc", network: network)
+        try await peer.replicator.start()
+        #expect(peer.replicator.status.active)
+        try await peer.database.close()
+        #expect(!peer.replicator.status.active)
+        await peer.close()
+    }
+}
+
+/// A link transport whose dials wait `delay` before connecting (and count themselves).
+final class DelayedDials: MeshLinkTransport {
+    let inner: any MeshLinkTransport
+    let delay: Duration
+    let count: LockedValue<Int>
+
+    init(wrapping inner: any MeshLinkTransport, delay: Duration, count: LockedValue<Int>) {
+        self.inner = inner
+        self.delay = delay
+        self.count = count
+    }
+
+    var transport: MultipeerTransport { inner.transport }
+    func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress { try await inner.start(context) }
+    func incomingLinks() -> AsyncStream<any MessageConnection> { inner.incomingLinks() }
+    func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection {
+        count.withLock { $0 += 1 }
+        try await Task.sleep(for: delay)
+        return try await inner.dial(peer)
+    }
+    func stop() async { await inner.stop() }
+}

@@ -1,0 +1,225 @@
+import Foundation
+import PeerSyncAuth
+import PeerSyncCore
+import PeerSyncDatabase
+import PeerSyncDiscovery
+import PeerSyncLoopback
+import PeerSyncMesh
+import PeerSyncReplicator
+import PeerSyncStorage
+import Testing
+#if SQLite
+import PeerSyncSQLite
+#endif
+
+/// How many times slower than full speed this run is: `PEERSYNC_SLOW` (`Tools/test --sanitize`
+/// sets it: 30 under TSan, 3 under ASan), 1 otherwise.
+let slowFactor = max(1, Int(ProcessInfo.processInfo.environment["PEERSYNC_SLOW"] ?? "") ?? 1)
+
+/// A deadline or timeout that assumes full speed, stretched by ``slowFactor``.
+func slow(_ duration: Duration) -> Duration { duration * slowFactor }
+
+/// Polls `condition` every 50 ms until it holds or `timeout` (stretched by ``slowFactor``)
+/// passes; returns whether it held.
+func eventually(_ timeout: Duration, _ condition: () async throws -> Bool) async throws -> Bool {
+    let clock = ContinuousClock()
+    let deadline = clock.now + slow(timeout)
+    while clock.now < deadline {
+        if try await condition() { return true }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    return try await condition()
+}
+
+/// The certificate authority the test peers' identities come from (made once per process).
+enum TestCA {
+    static let fleet: TLSIdentity = {
+        do { return try TLSIdentity.createIssuer(attributes: [certAttrCommonName: "Mesh test CA"]) } catch {
+            fatalError("cannot create the test CA: \(error)")
+        }
+    }()
+    static let other: TLSIdentity = {
+        do { return try TLSIdentity.createIssuer(attributes: [certAttrCommonName: "Another CA"]) } catch {
+            fatalError("cannot create the second test CA: \(error)")
+        }
+    }()
+
+    /// A peer identity (client and server usage) issued by `issuer`.
+    static func identity(_ name: String, issuer: TLSIdentity = fleet, usages: KeyUsages = [.clientAuth, .serverAuth]) throws -> TLSIdentity {
+        try TLSIdentity.createIdentity(for: usages, attributes: [certAttrCommonName: name], issuer: issuer)
+    }
+}
+
+/// Which storage a test peer uses.
+enum TestBackend: Sendable {
+    case memory
+    case sqlite
+}
+
+/// The tunables of test meshes: quick retries and handshakes (stretched by ``slowFactor``).
+struct MeshTuning: Sendable {
+    var targetDegree = 4
+    var maximumDegree = 8
+    var retryDelay: Duration = .milliseconds(100)
+    var maximumRetryDelay: Duration = .seconds(1)
+    var handshakeTimeout: Duration = .seconds(3)
+}
+
+/// A mesh peer: its own database, identity, discovery host and links, and its replicator.
+final class MeshPeer: Sendable {
+    let name: String
+    let directory: String
+    let database: Database
+    let identity: TLSIdentity
+    let replicator: MultipeerReplicator
+    let discovery: any Discovery
+
+    init(_ name: String, network: InProcessMeshNetwork, group: String = "mesh-test", backend: TestBackend = .memory,
+         identity: TLSIdentity? = nil, authenticator: MultipeerCertificateAuthenticator? = nil,
+         tuning: MeshTuning = MeshTuning(), collectionSetup: (@Sendable (Collection) -> MultipeerCollectionConfiguration)? = nil,
+         wrapLinks: (@Sendable (any MeshLinkTransport) -> any MeshLinkTransport)? = nil) async throws {
+        self.name = name
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-meshtest-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let storage: any StorageBackend
+        switch backend {
+        case .memory: storage = MemoryStorageBackend()
+        case .sqlite:
+            #if SQLite
+            storage = SQLiteStorageBackend()
+            #else
+            storage = MemoryStorageBackend()
+            #endif
+        }
+        database = try await Database(name: name, config: DatabaseConfiguration(
+            directory: directory, backend: storage, maxRevTreeDepth: 50, durable: false,
+            changePollInterval: .milliseconds(100)))
+        self.identity = try identity ?? TestCA.identity(name)
+        let collection = try database.defaultCollection()
+        var config = try MultipeerReplicatorConfiguration(
+            peerGroupID: group, identity: self.identity,
+            authenticator: authenticator ?? MultipeerCertificateAuthenticator(rootCerts: [TestCA.fleet.certificate]),
+            collections: [collectionSetup?(collection) ?? MultipeerCollectionConfiguration(collection: collection)])
+        config.targetDegree = tuning.targetDegree
+        config.maximumDegree = tuning.maximumDegree
+        config.retryDelay = tuning.retryDelay
+        config.maximumRetryDelay = tuning.maximumRetryDelay
+        config.handshakeTimeout = slow(tuning.handshakeTimeout)
+        var mesh = network.network(host: name)
+        if let wrapLinks { mesh.links = wrapLinks(mesh.links) }
+        discovery = mesh.discovery
+        replicator = try MultipeerReplicator(config: config, networks: [mesh])
+    }
+
+    var collection: Collection { get throws { try database.defaultCollection() } }
+
+    /// Saves `data` as document `id` (creating or updating it).
+    func save(_ id: String, _ data: [String: JSONValue]) async throws {
+        let c = try collection
+        var doc = try await c.document(id: id)?.toMutable() ?? MutableDocument(id: id)
+        doc.setData(data)
+        try await c.save(document: &doc)
+    }
+
+    /// Deletes document `id` if it exists.
+    func delete(_ id: String) async throws {
+        let c = try collection
+        if let doc = try await c.document(id: id) { try await c.delete(document: doc) }
+    }
+
+    /// Every document's current revision ID and deletion flag (bodies follow from revision IDs).
+    func snapshot() async throws -> [String: String] {
+        let c = try collection
+        var out: [String: String] = [:]
+        var since: UInt64 = 0
+        while true {
+            let batch = try await c.changes(since: since, limit: 1000)
+            guard let last = batch.last else { break }
+            for entry in batch { out[entry.docID] = "\(entry.revID)\(entry.deleted ? " deleted" : "")" }
+            since = last.sequence
+        }
+        return out
+    }
+
+    /// Stops the replicator, closes the database and removes its files.
+    func close() async {
+        await replicator.stop()
+        await discovery.shutdown()
+        try? await database.close()
+        try? FileManager.default.removeItem(atPath: directory)
+        MemoryStorageBackend().removeStore(in: directory)
+    }
+}
+
+/// A set of mesh peers on one test network.
+final class TestMesh: Sendable {
+    let network: InProcessMeshNetwork
+    let peers: [MeshPeer]
+
+    init(_ count: Int, prefix: String = "p", backend: TestBackend = .memory, tuning: MeshTuning = MeshTuning(),
+         network: InProcessMeshNetwork? = nil) async throws {
+        let network = try network ?? InProcessMeshNetwork()
+        self.network = network
+        var peers: [MeshPeer] = []
+        for i in 0..<count { peers.append(try await MeshPeer("\(prefix)\(i)", network: network, backend: backend, tuning: tuning)) }
+        self.peers = peers
+    }
+
+    func startAll() async throws {
+        for peer in peers { try await peer.replicator.start() }
+    }
+
+    func close() async {
+        await withTaskGroup(of: Void.self) { group in
+            for peer in peers { group.addTask { await peer.close() } }
+        }
+    }
+
+    /// Whether every peer in `subset` (default all) holds the same documents and revisions.
+    func converged(_ subset: [MeshPeer]? = nil, expecting count: Int? = nil) async throws -> Bool {
+        let peers = subset ?? self.peers
+        guard let first = try await peers.first?.snapshot() else { return true }
+        if let count, first.count != count { return false }
+        for peer in peers.dropFirst() where try await peer.snapshot() != first { return false }
+        return true
+    }
+
+    /// Waits up to `timeout` for ``converged(_:expecting:)``; if it does not come, records an
+    /// issue naming `what` and how far apart the peers are. Returns whether they converged.
+    @discardableResult
+    func expectConvergence(_ subset: [MeshPeer]? = nil, expecting count: Int? = nil, within timeout: Duration, _ what: String,
+                           sourceLocation: SourceLocation = #_sourceLocation) async throws -> Bool {
+        if try await eventually(timeout, { try await converged(subset, expecting: count) }) { return true }
+        Issue.record("\(what):\n\(try await divergence(subset))", sourceLocation: sourceLocation)
+        return false
+    }
+
+    /// A description of how far apart the peers are, for failure messages.
+    func divergence(_ subset: [MeshPeer]? = nil) async throws -> String {
+        var lines: [String] = []
+        for peer in subset ?? peers {
+            let snapshot = try await peer.snapshot()
+            let links = peer.replicator.peerInfo(for: peer.replicator.peerID)?.neighborPeers.count ?? 0
+            lines.append("\(peer.name): \(snapshot.count) docs, \(links) links, digest \(snapshot.sorted { $0.key < $1.key }.description.hashValue)")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// Runs `body` with a mesh of `count` peers, closing them afterwards (also on failure).
+func withMesh(_ count: Int, prefix: String = "p", backend: TestBackend = .memory, tuning: MeshTuning = MeshTuning(),
+              _ body: (TestMesh) async throws -> Void) async throws {
+    let mesh = try await TestMesh(count, prefix: prefix, backend: backend, tuning: tuning)
+    do { try await body(mesh) } catch {
+        await mesh.close()
+        throw error
+    }
+    await mesh.close()
+}
+
+/// Collects events of one kind.
+final class Recorder<Event: Sendable>: Sendable {
+    private let events = LockedValue<[Event]>([])
+    func append(_ event: Event) { events.withLock { $0.append(event) } }
+    var all: [Event] { events.withLock { $0 } }
+}
