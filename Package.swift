@@ -100,6 +100,7 @@ let package = Package(
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
         .executable(name: "example-tasklist", targets: ["example-tasklist"]),
+        .executable(name: "example-mesh", targets: ["example-mesh"]),
     ],
     traits: [
         .default(enabledTraits: ["SQLite"]),
@@ -242,7 +243,9 @@ let package = Package(
                                "PeerSyncAuth", "PeerSyncTransport", "PeerSyncCore"]),
         tests("PeerSyncMeshWiFiTests", folder: "Mesh",
               dependencies: ["PeerSyncMeshWiFi", "PeerSyncMesh", "PeerSyncDiscovery", "PeerSyncWebSocket", "PeerSyncPosix",
-                             "PeerSyncAuth", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore"]),
+                             "PeerSyncAuth", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncDatabase",
+                             "PeerSyncStorage", "PeerSyncCore",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
         // MARK: Umbrella and CLI
         .target(
@@ -253,6 +256,7 @@ let package = Package(
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncDiscovery", condition: .when(traits: ["DNSSD"])),
                 .target(name: "PeerSyncDNSSD", condition: .when(traits: ["DNSSD"])),
+                .target(name: "PeerSyncAuth", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncMesh", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncMeshWiFi", condition: .when(traits: ["Mesh"])),
             ],
@@ -264,7 +268,7 @@ let package = Package(
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
                 "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncPosix", "PeerSyncLoopback",
-                "PeerSyncMesh", "PeerSyncDiscovery",
+                "PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncDiscovery",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),
@@ -292,6 +296,14 @@ let package = Package(
             name: "example-tasklist",
             dependencies: ["PeerSync"],
             path: "Examples/TaskList",
+            swiftSettings: swiftSettings
+        ),
+        // Three processes, one mesh (needs the Mesh trait; `Examples/Mesh/run` runs it).
+        .executableTarget(
+            name: "example-mesh",
+            dependencies: ["PeerSync"],
+            path: "Examples/Mesh",
+            exclude: ["run", "README.md"],
             swiftSettings: swiftSettings
         ),
 

@@ -17,6 +17,7 @@
 @_exported import PeerSyncDNSSD
 #endif
 #if Mesh
+@_exported import PeerSyncAuth
 @_exported import PeerSyncMesh
 @_exported import PeerSyncMeshWiFi
 #endif
