@@ -89,7 +89,9 @@ struct PeerSyncCLI {
 
     static func run(_ args: [String]) async throws -> Int32 {
         if args.isEmpty || args == ["--help"] || args == ["-h"] || args == ["help"] {
-            print(usage)
+            // One write: `peersync --help | grep -q …` must not see SIGPIPE from a second
+            // buffer-sized write after grep exited (the text is longer than stdout's 4 KiB buffer).
+            emitLine(usage)
             return args.isEmpty ? 2 : 0
         }
         switch args[0] {
