@@ -391,7 +391,11 @@ final class MeshRun: Sendable {
                 self?.outgoingStatus(change.status, link: link.id, peerID: peerID, transport: transport)
             }
             replicator.addDocumentReplicationListener { [weak self] event in self?.documents(event, link: link.id, peerID: peerID) }
-            replicator.start()
+            // Every new link compares everything (checkpoints ignored): cheap where the peers
+            // meet for the first time, and it is what settles a document the two sides resolved
+            // differently while apart (each side's closing tombstone stays local, so nothing in
+            // either changes feed past the checkpoints would bring them together again).
+            replicator.start(reset: true)
         } else if let passive = link.passive {
             let running = spawn {
                 run.incomingStatus(.idle, link: link.id, peerID: peerID)

@@ -20,7 +20,7 @@ import Testing
 
     @Test func defaultsAreCouchbaseLitesAndDocumented() async throws {
         let (database, c) = try await collection()
-        let config = try MultipeerReplicatorConfiguration(peerGroupID: "com.example", identity: try TestCA.identity("d"),
+        let config = try MultipeerReplicatorConfiguration(peerGroupID: "com-example", identity: try TestCA.identity("d"),
                                                           authenticator: trustAll, collections: [MultipeerCollectionConfiguration(collection: c)])
         #expect(config.transports == [.wifi])
         #expect(config.targetDegree == 4)
@@ -28,7 +28,7 @@ import Testing
         #expect(config.retryDelay == .milliseconds(500))
         #expect(config.maximumRetryDelay == .seconds(30))
         #expect(config.handshakeTimeout == .seconds(10))
-        #expect(config.peerGroupID.rawValue == "com.example")
+        #expect(config.peerGroupID.rawValue == "com-example")
         try await database.close()
     }
 

@@ -19,7 +19,7 @@ import Testing
             let identity = try TLSIdentity.createIdentity(for: [.clientAuth, .serverAuth],
                                                           attributes: [certAttrCommonName: name], issuer: ca)
             let config = try MultipeerReplicatorConfiguration(
-                peerGroupID: "com.example.team", identity: identity,
+                peerGroupID: "com-example-team", identity: identity,
                 authenticator: MultipeerCertificateAuthenticator(rootCerts: [ca.certificate]),
                 collections: MultipeerCollectionConfiguration.fromCollections([try db.defaultCollection()]))
             let replicator = try MultipeerReplicator(config: config, networks: [network.network(host: name)])

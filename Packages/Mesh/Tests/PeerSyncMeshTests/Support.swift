@@ -194,13 +194,32 @@ final class TestMesh: Sendable {
         return false
     }
 
-    /// A description of how far apart the peers are, for failure messages.
+    /// A description of how far apart the peers are, for failure messages: per peer its
+    /// document count and links, then the revision trees of the documents that differ.
     func divergence(_ subset: [MeshPeer]? = nil) async throws -> String {
+        let peers = subset ?? self.peers
         var lines: [String] = []
-        for peer in subset ?? peers {
+        var snapshots: [[String: String]] = []
+        for peer in peers {
             let snapshot = try await peer.snapshot()
+            snapshots.append(snapshot)
             let links = peer.replicator.peerInfo(for: peer.replicator.peerID)?.neighborPeers.count ?? 0
-            lines.append("\(peer.name): \(snapshot.count) docs, \(links) links, digest \(snapshot.sorted { $0.key < $1.key }.description.hashValue)")
+            lines.append("\(peer.name): \(snapshot.count) docs, \(links) links")
+        }
+        let ids = Set(snapshots.flatMap(\.keys)).filter { id in Set(snapshots.map { $0[id] }).count > 1 }
+        for id in ids.sorted().prefix(5) {
+            for peer in peers {
+                guard let tree = try await peer.collection.revisions(of: id) else {
+                    lines.append("  \(id) @\(peer.name): absent")
+                    continue
+                }
+                let revisions = tree.revisions.map { r in
+                    "\(r.revID.description.prefix(10))<\(r.parentRevID?.description.prefix(10) ?? "-")"
+                        + "\(r.isDeleted ? "D" : "")\(r.isLeaf ? "L" : "")\(r.isConflict ? "C" : "")\(r.flags.contains(.closed) ? "X" : "")"
+                }
+                lines.append("  \(id) @\(peer.name): current \(tree.currentRevID.description.prefix(10))\(tree.isDeleted ? " deleted" : "") "
+                             + revisions.joined(separator: " "))
+            }
         }
         return lines.joined(separator: "\n")
     }

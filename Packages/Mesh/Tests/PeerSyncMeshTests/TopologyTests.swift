@@ -27,7 +27,7 @@ import Testing
             #expect(graph.isConnected)
             #expect(graph.maximumDegree <= 4)
             // Ring plus chords: about log2(N) hops; a plain ring would be N/2.
-            let bound = count <= 8 ? 2 : Int((log2(Double(count)) * 1.5).rounded(.up))
+            let bound = count <= 8 ? 3 : Int((log2(Double(count)) * 1.5).rounded(.up))
             #expect((graph.diameter ?? .max) <= bound, "\(count) peers, seed \(seed): diameter \(graph.diameter ?? -1)")
             // Peers agree whatever order they list the group in.
             #expect(MeshTopology.desiredGraph(of: peers.reversed(), targetDegree: 4, maximumDegree: 8) == desired)
