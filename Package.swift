@@ -27,6 +27,7 @@
 // | Packages/DNSSD     | PeerSyncDNSSD             | Discovery                  | CAvahi (avahi-client) |
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
 // | Packages/Mesh      | PeerSyncMesh              | Replicator, Discovery, Auth| —                  |
+// |                    | PeerSyncMeshWiFi          | Mesh, DNSSD, WebSocket     | —                  |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
@@ -41,10 +42,11 @@
 // code, in no library product, and by design the one place besides each wrapper module that
 // calls those C libraries.
 //
-// Traits choose optional backends: `SQLite` (default), `LMDB` and `DNSSD` (opt-in). A consumer
-// that leaves LMDB off never links liblmdb; one that leaves DNSSD off never needs libavahi-client
-// (the umbrella re-exports PeerSyncDNSSD only with the trait). Tools/test and Tools/demo build
-// with every trait on.
+// Traits choose optional backends: `SQLite` (default), `LMDB`, `DNSSD` and `Mesh` (opt-in). A
+// consumer that leaves LMDB off never links liblmdb; one that leaves DNSSD off never needs
+// libavahi-client (the umbrella re-exports PeerSyncDNSSD only with the trait). `Mesh` turns
+// DNSSD on and makes the umbrella re-export the multipeer replicator (PeerSyncMesh) and its
+// Wi-Fi transport (PeerSyncMeshWiFi). Tools/test and Tools/demo build with every trait on.
 //
 // Do NOT aggregate nested packages with `.package(path:)`: SwiftPM then refuses to serve
 // this repository to a consumer that depends on it by URL.
@@ -100,15 +102,19 @@ let package = Package(
         .library(name: "PeerSyncReplicator", targets: ["PeerSyncReplicator"]),
         .library(name: "PeerSyncListener", targets: ["PeerSyncListener"]),
         .library(name: "PeerSyncMesh", targets: ["PeerSyncMesh"]),
+        .library(name: "PeerSyncMeshWiFi", targets: ["PeerSyncMeshWiFi"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
         .executable(name: "example-tasklist", targets: ["example-tasklist"]),
+        .executable(name: "example-mesh", targets: ["example-mesh"]),
     ],
     traits: [
         .default(enabledTraits: ["SQLite"]),
         .trait(name: "SQLite", description: "Storage backend on SQLite (libsqlite3)."),
         .trait(name: "LMDB", description: "Storage backend on LMDB (liblmdb)."),
         .trait(name: "DNSSD", description: "Peer discovery over DNS-SD through Avahi (libavahi-client), re-exported by the umbrella."),
+        .trait(name: "Mesh", description: "The multipeer replicator and its Wi-Fi transport (DNS-SD + WebSocket over mutual TLS), re-exported by the umbrella; turns DNSSD on.",
+               enabledTraits: ["DNSSD"]),
     ],
     targets: [
         // MARK: Core
@@ -246,6 +252,14 @@ let package = Package(
               dependencies: ["PeerSyncMesh", "PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",
                              "PeerSyncStorage", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
+        library("PeerSyncMeshWiFi", folder: "Mesh",
+                dependencies: ["PeerSyncMesh", "PeerSyncDNSSD", "PeerSyncDiscovery", "PeerSyncWebSocket", "PeerSyncPosix",
+                               "PeerSyncAuth", "PeerSyncTransport", "PeerSyncCore"]),
+        tests("PeerSyncMeshWiFiTests", folder: "Mesh",
+              dependencies: ["PeerSyncMeshWiFi", "PeerSyncMesh", "PeerSyncDiscovery", "PeerSyncWebSocket", "PeerSyncPosix",
+                             "PeerSyncAuth", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncDatabase",
+                             "PeerSyncStorage", "PeerSyncCore",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
         // MARK: Umbrella and CLI
         .target(
@@ -256,6 +270,9 @@ let package = Package(
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncDiscovery", condition: .when(traits: ["DNSSD"])),
                 .target(name: "PeerSyncDNSSD", condition: .when(traits: ["DNSSD"])),
+                .target(name: "PeerSyncAuth", condition: .when(traits: ["Mesh"])),
+                .target(name: "PeerSyncMesh", condition: .when(traits: ["Mesh"])),
+                .target(name: "PeerSyncMeshWiFi", condition: .when(traits: ["Mesh"])),
             ],
             path: "Packages/PeerSync/Sources/PeerSync",
             swiftSettings: swiftSettings
@@ -265,7 +282,7 @@ let package = Package(
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
                 "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncWebSocketReplication",
-                "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncDiscovery",
+                "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncDiscovery",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),
@@ -293,6 +310,14 @@ let package = Package(
             name: "example-tasklist",
             dependencies: ["PeerSync"],
             path: "Examples/TaskList",
+            swiftSettings: swiftSettings
+        ),
+        // Three processes, one mesh (needs the Mesh trait; `Examples/Mesh/run` runs it).
+        .executableTarget(
+            name: "example-mesh",
+            dependencies: ["PeerSync"],
+            path: "Examples/Mesh",
+            exclude: ["run", "README.md"],
             swiftSettings: swiftSettings
         ),
 

@@ -32,6 +32,12 @@ struct PeerSyncCLI {
                              retries transient failures after 1, 2, 4 … s (at most S, default 300),
                              at most N attempts in a row (default 10; unlimited with --continuous),
                              one stderr line per failed attempt
+        mesh --group G --identity LABEL [--keystore DIR] [--trust-root FILE]... [--port P]
+             [--interface IF] [--duration S] [--json]
+                             join peer group G on the local network (DNS-SD via avahi-daemon, mutual
+                             TLS): sync with every peer of the group, print events as lines, a summary
+                             on SIGINT/SIGTERM or after S seconds; trusts peers chained to a --trust-root
+                             (default: the root of the identity's own chain)
         watch [--count N] [--timeout S]
                              print changes live, also other processes' (until N distinct docs changed)
         Document IDs: non-empty UTF-8, at most 255 bytes, no control characters (U+0000-U+001F, U+007F).
@@ -83,7 +89,9 @@ struct PeerSyncCLI {
 
     static func run(_ args: [String]) async throws -> Int32 {
         if args.isEmpty || args == ["--help"] || args == ["-h"] || args == ["help"] {
-            print(usage)
+            // One write: `peersync --help | grep -q …` must not see SIGPIPE from a second
+            // buffer-sized write after grep exited (the text is longer than stdout's 4 KiB buffer).
+            emitLine(usage)
             return args.isEmpty ? 2 : 0
         }
         switch args[0] {
@@ -95,6 +103,7 @@ struct PeerSyncCLI {
             switch commandName(in: args) {
             case "serve": return try await ServeCommand.run(args)
             case "sync": return try await SyncCommand.run(args)
+            case "mesh": return try await MeshCommand.run(args)
             default: return try await DatabaseCommands.run(args)
             }
         }

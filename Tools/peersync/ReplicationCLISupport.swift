@@ -9,6 +9,8 @@ import PeerSyncStorage
 /// commands' helpers so each command file stands alone).
 struct ReplicationCLIOptions {
     private(set) var values: [String: String] = [:]
+    /// Every value of each option, in order (an option given twice keeps the last in ``values``).
+    private(set) var repeatedValues: [String: [String]] = [:]
     private(set) var flags: Set<String> = []
     private(set) var positionals: [String] = []
 
@@ -23,6 +25,7 @@ struct ReplicationCLIOptions {
                 if valueOptions.contains(name) {
                     guard i + 1 < args.count else { throw ReplicationCLIUsageError("\(arg) needs a value") }
                     values[name] = args[i + 1]
+                    repeatedValues[name, default: []].append(args[i + 1])
                     i += 2
                     continue
                 }
@@ -36,6 +39,8 @@ struct ReplicationCLIOptions {
     }
 
     func value(_ name: String) -> String? { values[name] }
+    /// Every value given for a repeatable option (`--trust-root A --trust-root B`).
+    func values(_ name: String) -> [String] { repeatedValues[name] ?? [] }
     func flag(_ name: String) -> Bool { flags.contains(name) }
 }
 

@@ -77,6 +77,15 @@ public struct TLSConfiguration: Sendable {
     public var serverName: String?
     /// Server only: require and validate client certificates; `nil` (default) asks for none.
     public var clientCertificateValidation: ClientCertificateValidation?
+    /// Client only: when set, the application decides whether to trust the server instead of
+    /// ``serverTrust`` — no host name, validity period or CA chain check is made (a mesh
+    /// peer's authenticator decides, on both ends of a link). The closure receives the
+    /// server's chain (leaf first); the handshake still fails unless the server proves it holds
+    /// the leaf's private key. It is called synchronously during the handshake, on an
+    /// arbitrary thread: it must be quick and must not touch the stream. A rejection fails the
+    /// handshake with ``PeerSyncError/Code/untrustedCertificate`` (reason
+    /// ``CertificateTrustFailure/rejectedByCallback``). Default nil.
+    public var serverCertificateCallback: (@Sendable ([Certificate]) -> Bool)?
     /// Default and floor: TLS 1.2.
     public var minimumVersion: TLSVersion
     /// Default: TLS 1.3 (preferred whenever both sides support it).

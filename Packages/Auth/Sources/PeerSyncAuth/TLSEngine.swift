@@ -46,7 +46,11 @@ final class TLSEngine: Sendable {
         role = configuration.role
         switch configuration.role {
         case .client:
-            session = TrustSession(mode: .server(configuration.serverTrust, hostname: configuration.serverName))
+            if let callback = configuration.serverCertificateCallback {
+                session = TrustSession(mode: .serverCallback(callback))
+            } else {
+                session = TrustSession(mode: .server(configuration.serverTrust, hostname: configuration.serverName))
+            }
         case .server:
             session = TrustSession(mode: .client(configuration.clientCertificateValidation ?? .callback({ _ in true })))
         }

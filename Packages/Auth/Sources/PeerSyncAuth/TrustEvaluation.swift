@@ -5,6 +5,9 @@ import PeerSyncCore
 enum TrustMode: Sendable {
     /// We are the client; the peer is a server.
     case server(ServerTrust, hostname: String?)
+    /// We are the client; the application decides about the server's chain
+    /// (``TLSConfiguration/serverCertificateCallback``).
+    case serverCallback(@Sendable ([Certificate]) -> Bool)
     /// We are the server; the peer is a client.
     case client(ClientCertificateValidation)
 }
@@ -70,6 +73,11 @@ enum TrustEvaluator {
         case .client(.roots(let roots)):
             return verifyPath(leaf: leaf, untrusted: untrusted, anchors: roots, system: false,
                               purpose: .tlsClient, hostname: nil, checkTime: true, leafCert: leafCert)
+
+        case .serverCallback(let accept):
+            if accept(chain) { return TrustOutcome(failure: nil, x509Error: .ok) }
+            return fail(.rejectedByCallback, "the certificate callback rejected the server's certificate",
+                        .certificateRejected, leafCert)
 
         case .client(.callback(let accept)):
             if accept(chain) { return TrustOutcome(failure: nil, x509Error: .ok) }

@@ -120,6 +120,29 @@ import Testing
         }
     }
 
+    /// `serverCertificateCallback` replaces every other check: an expired certificate with the
+    /// wrong host name passes when the callback says so, a valid one fails when it says no, and
+    /// the callback sees the server's chain.
+    @Test func serverCertificateCallbackDecides() async throws {
+        let f = try Fixtures.get()
+        let seen = TestLocked<[[Certificate]]>([])
+        for (identity, accept) in [(f.selfSignedExpired, true), (f.wrongHost, true), (f.valid, false)] {
+            var client = TLSConfiguration.client(serverName: "localhost", serverTrust: .systemRoots)
+            client.serverCertificateCallback = { chain in seen.withLock { $0.append(chain) }; return accept }
+            let result = await handshakePair(client: client, server: .server(identity: identity))
+            if accept {
+                #expect(result.client.value?.peerCertificateChain.first == identity.certificate,
+                        "\(identity.certificate): \(String(describing: result.client.error))")
+            } else {
+                #expect(result.client.error?.trustFailure == .rejectedByCallback, "\(String(describing: result.client.error))")
+            }
+            if let stream = result.client.value { await stream.close() }
+            if let server = result.server.value { await server.close() }
+        }
+        #expect(seen.withLock { $0.map { $0.first } } == [f.selfSignedExpired.certificate, f.wrongHost.certificate,
+                                                          f.valid.certificate])
+    }
+
     /// A server that appends the pinned CA to its chain without being issued by it must
     /// not pass the pin.
     @Test func pinnedCAMustActuallySignTheLeaf() async throws {

@@ -1,6 +1,7 @@
 // The umbrella module: `import PeerSync` gives the whole public API and the default
 // composition (SQLite storage when the `SQLite` trait is on, which it is by default; peer
-// discovery over DNS-SD when the opt-in `DNSSD` trait is on).
+// discovery over DNS-SD when the opt-in `DNSSD` trait is on; the multipeer replicator and its
+// Wi-Fi transport when the opt-in `Mesh` trait is on, which turns `DNSSD` on).
 
 @_exported import PeerSyncCore
 @_exported import PeerSyncStorage
@@ -14,6 +15,11 @@
 #if DNSSD
 @_exported import PeerSyncDiscovery
 @_exported import PeerSyncDNSSD
+#endif
+#if Mesh
+@_exported import PeerSyncAuth
+@_exported import PeerSyncMesh
+@_exported import PeerSyncMeshWiFi
 #endif
 
 /// The storage backends compiled into this build (chosen by package traits).
