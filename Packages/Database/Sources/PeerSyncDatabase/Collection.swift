@@ -202,6 +202,18 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
         return try await database.read { try engine.changes(since: since, limit: limit, $0) }
     }
 
+    /// The IDs of the documents in conflict: another live leaf beside the current revision
+    /// (a pulled branch whose resolution did not finish — the session ended, or the resolver
+    /// threw). The replicator resolves them when it starts pulling (LiteCore's
+    /// `findExistingConflicts`). A scan of the collection's documents.
+    ///
+    /// Isolation: a read (see "Isolation" on ``Database``).
+    @_spi(Replication)
+    public func conflictedDocumentIDs() async throws -> [String] {
+        let engine = self.engine
+        return try await database.read { try engine.conflictedDocumentIDs($0) }
+    }
+
     public var description: String { "Collection(\(fullName))" }
 
     public static func == (lhs: Collection, rhs: Collection) -> Bool {
@@ -306,8 +318,8 @@ extension Collection {
     /// `mergedDeleted`) is added as a child of the winning revision. The replicator always
     /// passes the *remote* revision as the winner, so what it pushes afterwards is a plain
     /// fast-forward for the peer. A winning revision that was closed here earlier (a peer
-    /// still has it as its current revision) is reopened first: the closed leaves directly
-    /// under it, which never left this database, are removed. With `losing` nil, only the
+    /// still has it as its current revision) is reopened first: every branch under it that
+    /// ends only in closed leaves (which never left this database) is removed. With `losing` nil, only the
     /// conflict flag of the winning branch is cleared. Returns the new current revision.
     /// Throws `.invalidArgument` unless the losing revision is another leaf and the winning
     /// one is a leaf (after reopening) or gets `mergedBody` as a child.

@@ -349,6 +349,16 @@ struct DocumentEngine {
         return out
     }
 
+    func conflictedDocumentIDs(_ reader: any StorageReader) throws -> [String] {
+        try requireCollection(reader)
+        var out: [String] = []
+        try reader.enumerate(in: spec.documentsKeyspace) { record in
+            if record.flags.contains(.conflicted) { out.append(record.key) }
+            return true
+        }
+        return out
+    }
+
     func changes(since: UInt64, limit: Int?, _ reader: any StorageReader) throws -> [ChangeEntry] {
         try requireCollection(reader)
         var out: [ChangeEntry] = []

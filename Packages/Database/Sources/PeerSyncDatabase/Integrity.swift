@@ -92,6 +92,9 @@ extension Database {
             problems.append("record version \(String(decoding: record.version, as: UTF8.self)) is not the winner \(winner.revID)")
         }
         if winner.body == nil { problems.append("current revision has no body") }
+        // Every branch closed (an older version's resolution could leave a closing tombstone
+        // current): the document reads as deleted although no one deleted it.
+        if winner.isClosed { problems.append("current revision \(winner.revID) is a closed leaf (a resolved-away branch)") }
         if (try? JSONValue(parsing: record.body))?.objectValue == nil { problems.append("current body is not a JSON object") }
         if record.flags.contains(.deleted) != winner.isDeleted { problems.append("deleted flag does not match the current revision") }
         if record.flags.contains(.conflicted) != tree.hasConflict { problems.append("conflicted flag does not match the tree") }

@@ -224,6 +224,12 @@ extension DocumentEngine {
             let hasAttachments = DocumentEngine.referencesBlobs(mergedBody, canonical: canonical)
             tree.addLocal(parent: winnerIndex, body: canonical, deleted: mergedDeleted, hasAttachments: hasAttachments)
         }
+        // Never store a tree whose every branch is closed: its closing tombstone would read as
+        // a deletion nobody made (and travel as one).
+        if tree.winner?.isClosed == true {
+            throw PeerSyncError(.internalError, "the resolution would leave every branch of the document closed",
+                                context: ["docID": id, "winning": winning.description]).with(spec)
+        }
         try writeTree(&tree, docID: id, writer)
         guard let winner = tree.winner else {
             throw PeerSyncError(.internalError, "revision tree is empty", context: ["docID": id]).with(spec)

@@ -123,14 +123,17 @@ struct RevTree: Sendable, Equatable {
     /// with ``RevisionID/next(parent:deleted:canonicalBody:)``. A local revision is never a
     /// conflict; extending a conflict-flagged branch clears the flag on that branch. If an
     /// identical revision already exists (same parent, body and deletion, e.g. made by a peer
-    /// earlier), no node is added and its branch is marked as not in conflict.
-    /// Returns the index of the revision.
+    /// earlier, or by an earlier resolution of the same conflict), no node is added: it is
+    /// reopened (``reopen(_:)``: the local-only tombstone that closed it goes, so it is a leaf
+    /// again and can be current) and its branch is marked as not in conflict.
+    /// Returns the index of the revision (indices may shift).
     @discardableResult
     mutating func addLocal(parent: Int?, body: [UInt8], deleted: Bool, hasAttachments: Bool) -> Int {
         let revID = RevisionID.next(parent: parent.map { nodes[$0].revID }, deleted: deleted, canonicalBody: body)
-        if let existing = index(of: revID) {
+        if let existing = reopen(revID) {
             markBranchNotConflict(existing)
-            nodes[existing].flags.remove(.closed)
+            // The same ID means the same content: restore a body dropped from an old ancestor.
+            if nodes[existing].body == nil { nodes[existing].body = body }
             return existing
         }
         var flags: RevisionFlags = []
@@ -214,13 +217,29 @@ struct RevTree: Sendable, Equatable {
         nodes[index].flags.remove(.conflict)
     }
 
-    /// Reopens the revision with this ID for a new resolution: its closed leaf children (the
-    /// local-only ends of resolved branches) are removed, so it may become a leaf again, and
-    /// its own closed flag is cleared. Returns its index afterwards (indices shift).
+    /// Reopens the revision with this ID for a new resolution: every branch under it that
+    /// ends only in closed leaves (the local-only record of a resolution that went another
+    /// way: a closing tombstone, or a whole continuation — e.g. an earlier merge — that was
+    /// closed later) is removed, so it becomes a leaf again unless an open branch continues
+    /// it; its own closed flag is cleared. Returns its index afterwards (indices shift).
     mutating func reopen(_ revID: RevisionID) -> Int? {
         guard let index = index(of: revID) else { return nil }
-        let closedChildren = nodes.indices.filter { nodes[$0].parent == index && nodes[$0].isLeaf && nodes[$0].isClosed }
-        if !closedChildren.isEmpty { removeNodes(Set(closedChildren)) }
+        // Parents always come before their children (see `validate()`), so one backward
+        // pass settles, for every node, whether all the leaves under it are closed.
+        var closedOnly = nodes.map { $0.isClosed }
+        var hasChild = [Bool](repeating: false, count: nodes.count)
+        for i in nodes.indices.reversed() {
+            if let p = nodes[i].parent {
+                closedOnly[p] = (hasChild[p] ? closedOnly[p] : true) && closedOnly[i]
+                hasChild[p] = true
+            }
+        }
+        var remove = Set<Int>()
+        for i in nodes.indices where i > index {
+            guard let p = nodes[i].parent else { continue }
+            if (p == index && closedOnly[i]) || remove.contains(p) { remove.insert(i) }
+        }
+        if !remove.isEmpty { removeNodes(remove) }
         guard let reopened = self.index(of: revID) else { return nil }
         nodes[reopened].flags.remove(.closed)
         return reopened

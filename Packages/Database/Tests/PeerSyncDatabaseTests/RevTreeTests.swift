@@ -291,4 +291,46 @@ private func permutations(_ items: [Int]) -> [[Int]] {
         #expect(tree.nodes.count == 3, "the closing tombstone is gone")
         #expect(tree.validate().isEmpty)
     }
+
+    /// A revision re-created by a resolution (`addLocal` finds the same ID: same parent and
+    /// content) after an earlier resolution had closed a *continuation* of it — an edit on top,
+    /// then the closing tombstone — is reopened as a whole: the closed continuation goes and it
+    /// is the current revision again. (Before: only a closing tombstone directly under it was
+    /// removed, so the tombstone deeper down stayed the only leaf of the branch and became
+    /// the document's current revision: concurrent edits ended as a deletion.)
+    @Test func recreatingARevisionReopensItsClosedContinuation() throws {
+        var tree = try conflicted()
+        // 2-z continues: 3-m on top of it, then closed (resolved away by a later resolution).
+        let z = try #require(tree.index(of: .t(2, "z")))
+        let merged = tree.addLocal(parent: z, body: body(#"{"m":1}"#), deleted: false, hasAttachments: false)
+        let mergedID = tree[merged].revID
+        tree.markClosed(tree.addLocal(parent: merged, body: body("{}"), deleted: true, hasAttachments: false))
+        // 2-b loses too: every leaf is closed except a new resolution's revision, which
+        // re-creates 3-m (same parent, same content).
+        let b = try #require(tree.index(of: .t(2, "b")))
+        tree.markClosed(tree.addLocal(parent: b, body: body("{}"), deleted: true, hasAttachments: false))
+        let again = tree.addLocal(parent: tree.index(of: .t(2, "z")), body: body(#"{"m":1}"#), deleted: false, hasAttachments: false)
+        #expect(tree[again].revID == mergedID)
+        #expect(tree[again].isLeaf && !tree[again].isClosed)
+        #expect(tree.winner?.revID == mergedID && tree.winner?.isDeleted == false)
+        #expect(tree.validate().isEmpty)
+    }
+
+    /// Reopening keeps every branch that ends in an open leaf: only closed-only subtrees go.
+    @Test func reopeningKeepsOpenContinuations() throws {
+        var tree = try conflicted()
+        let z = try #require(tree.index(of: .t(2, "z")))
+        let open = tree.addLocal(parent: z, body: body(#"{"o":1}"#), deleted: false, hasAttachments: false)
+        let openID = tree[open].revID
+        let zAgain = try #require(tree.index(of: .t(2, "z")))
+        let closedSide = tree.addLocal(parent: zAgain, body: body(#"{"c":1}"#), deleted: false, hasAttachments: false)
+        tree.markClosed(tree.addLocal(parent: closedSide, body: body("{}"), deleted: true, hasAttachments: false))
+        let count = tree.nodes.count
+        let reopenedIndex = tree.reopen(.t(2, "z"))
+        let reopened = try #require(reopenedIndex)
+        #expect(!tree[reopened].isLeaf, "an open branch still continues it")
+        #expect(tree.index(of: openID) != nil)
+        #expect(tree.nodes.count == count - 2, "the closed continuation (edit and tombstone) is gone")
+        #expect(tree.validate().isEmpty)
+    }
 }

@@ -55,6 +55,25 @@ struct ConflictResolution: Sendable {
                             + (lastRefusal?.message ?? "the document kept changing"), context: ["docID": docID])
     }
 
+    /// Resolves a conflict already stored in the database (a pulled branch whose resolution
+    /// did not finish: the session ended, or the resolver threw): each open live leaf beside
+    /// the current revision is taken as the remote side, as if just pulled. Returns whether
+    /// anything was resolved. Throws as ``resolveIfConflicted(docID:pulled:tree:isolation:)``.
+    @discardableResult
+    func resolveExisting(docID: String, isolation: isolated (any Actor)? = #isolation) async throws -> Bool {
+        let c = collection.collection
+        var resolved = false
+        // Each round settles one branch; a document has few.
+        for _ in 0..<16 {
+            guard let revs = try await c.revisions(of: docID), revs.isConflicted,
+                  let branch = revs.leaves.filter({ $0.revID != revs.currentRevID && !$0.isDeleted && !$0.flags.contains(.closed) })
+                      .max(by: { $0.revID < $1.revID }) else { return resolved }
+            try await resolveIfConflicted(docID: docID, pulled: branch.revID, tree: revs)
+            resolved = true
+        }
+        return resolved
+    }
+
     /// Asks the resolver about `local` against `remote` and saves the result on the remote
     /// branch. `remote` may lie on a branch this database closed earlier (the peer still has it
     /// as its current revision): it is reopened. When the remote body is no longer stored, the
@@ -64,12 +83,13 @@ struct ConflictResolution: Sendable {
                  in revs: DocumentRevisions, isolation: isolated (any Actor)? = #isolation) async throws {
         let c = collection.collection
         let localRev = localInfo.revID, remoteRev = remoteInfo.revID
-        // Whether the remote revision is a leaf once the closed leaves under it are removed.
-        let remoteIsLeaf = revs.revisions.allSatisfy { $0.parentRevID != remoteRev || ($0.isLeaf && $0.flags.contains(.closed)) }
+        let remoteIsLeaf = Self.isLeafOnceReopened(remoteRev, in: revs)
         if localInfo.isDeleted && remoteInfo.isDeleted {
-            // Two deletions: nothing to ask; the remote branch continues.
+            // Two deletions: nothing to ask; the remote branch continues — the remote tombstone
+            // itself when it is (or, reopened, becomes) a leaf with its body still stored; else a
+            // new tombstone on top of it (a tombstone deep in a closed branch lost its body).
             try await c.closeConflict(docID: docID, winningRevisionID: remoteRev, losingRevisionID: localRev,
-                                      mergedBody: remoteIsLeaf ? nil : [:], mergedDeleted: true)
+                                      mergedBody: remoteIsLeaf && remoteInfo.hasBody ? nil : [:], mergedDeleted: true)
             return
         }
         let localBody = localInfo.isDeleted ? nil : try await c.revisionBody(docID: docID, revID: localRev)
@@ -124,6 +144,23 @@ struct ConflictResolution: Sendable {
         if let live = open.first(where: { !$0.isDeleted }) { return live }
         guard !pulled.isDeleted else { return nil }
         return open.filter { deletionConflicts(live: pulled.revID, tombstone: $0, in: revs) }.max { $0.revID < $1.revID }
+    }
+
+    /// Whether `revID` is a leaf once reopened (what `closeConflict` does to its winner):
+    /// every branch under it ends only in closed leaves, the local-only record of resolutions
+    /// that went another way.
+    static func isLeafOnceReopened(_ revID: RevisionID, in revs: DocumentRevisions) -> Bool {
+        var children: [RevisionID: [RevisionInfo]] = [:]
+        for r in revs.revisions { if let p = r.parentRevID { children[p, default: []].append(r) } }
+        var pending = children[revID] ?? []
+        while let r = pending.popLast() {
+            if r.isLeaf {
+                guard r.flags.contains(.closed) else { return false }
+            } else {
+                pending += children[r.revID] ?? []
+            }
+        }
+        return true
     }
 
     /// The deletion-vs-edit rule, the same for both roles (Couchbase Lite: deletion wins):
