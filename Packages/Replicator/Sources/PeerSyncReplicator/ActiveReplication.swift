@@ -81,6 +81,7 @@ struct ActiveReplication: Sendable {
                 }
                 if let puller = session.pullers[i] {
                     group.addTask {
+                        try await puller.resolveExistingConflicts()
                         try await puller.subscribe(since: start.remote?.isNull == false ? start.remote : nil,
                                                    continuous: continuous, docIDs: sc.config.documentIDs, channels: sc.config.channels)
                         await puller.waitUntilIdle()

@@ -100,6 +100,29 @@ actor Puller {
         _ = try await context.send(.request("subChanges", properties: props, body: body), "subChanges").checked("subChanges")
     }
 
+    /// Resolves the conflicts already stored in this collection (LiteCore's
+    /// `findExistingConflicts`): a pulled branch whose resolution did not finish — the session
+    /// ended part-way, or the resolver threw — would otherwise stay unresolved, because the
+    /// checkpoint has passed it and the peer never sends it again. Run when the pull starts;
+    /// each document resolved is a pull event (with its error if the resolution failed).
+    /// Throws only what ends the session (the database closed, the session stopped).
+    func resolveExistingConflicts() async throws {
+        let docIDs = try await collection.collection.conflictedDocumentIDs()
+        let resolution = ConflictResolution(collection: collection)
+        for docID in docIDs {
+            if context.isClosed { return }
+            do {
+                let resolved = try await context.handlingConflicts(of: docID) { try await resolution.resolveExisting(docID: docID) }
+                guard resolved else { continue }
+                context.events.documents(DocumentReplication(isPush: false, documents: [
+                    ReplicatedDocument(id: docID, collection: collection.collection.fullName, flags: [], error: nil),
+                ]))
+            } catch let error as PeerSyncError where error.code != .closed && error.code != .cancelled {
+                reportError(docID, error)
+            }
+        }
+    }
+
     /// Waits until the pull is caught up with nothing pending (or the session stopped).
     func waitUntilIdle() async {
         guard let state = pull, !state.isIdle, !context.isClosed else { return }

@@ -49,6 +49,33 @@ import Testing
         }
     }
 
+    /// A conflict left unresolved (the resolver threw; or the session ended between storing
+    /// the branch and resolving it) is resolved when a replicator next starts pulling, although
+    /// the checkpoint has passed it and the peer never sends it again (LiteCore's
+    /// `findExistingConflicts`). Without that, the document stayed in conflict for good.
+    @Test func anUnresolvedConflictIsResolvedByTheNextPull() async throws {
+        try await withPeers(2) { p in
+            try p[1].listen()
+            try await makeConflict(p, local: ["v": "local"], remote: ["v": "remote"])
+            let a = try p[0].defaultCollection, b = try p[1].defaultCollection
+            var failing = CollectionConfiguration()
+            failing.conflictResolver = ConflictResolvers.custom { _ in throw PeerSyncError(.internalError, "the app's resolver failed") }
+            let first = EventLog()
+            try await replicate(p[0], to: p[1], type: .pull, config: failing, events: first)
+            #expect(first.documents.first { $0.id == "c" }?.error != nil)
+            #expect(try await a.conflictedDocumentIDs() == ["c"])
+            // The next pull finds nothing new on the peer, yet resolves the stored conflict.
+            let second = EventLog()
+            try await replicate(p[0], to: p[1], type: .pull, events: second)
+            #expect(second.documents.contains { $0.id == "c" && $0.error == nil }, "\(second.documents)")
+            #expect(try await a.conflictedDocumentIDs().isEmpty)
+            #expect(try await a.revisions(of: "c")?.isConflicted == false)
+            // And a push-and-pull run leaves both sides on the same revision.
+            try await replicate(p[0], to: p[1])
+            #expect(try await snapshot(a) == (try await snapshot(b)))
+        }
+    }
+
     @Test func deletionWinsByDefault() async throws {
         try await withPeers(2) { p in
             try p[1].listen()
