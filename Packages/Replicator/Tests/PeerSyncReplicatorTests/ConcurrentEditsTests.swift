@@ -6,8 +6,7 @@ import Testing
 
 @Suite struct ConcurrentEditsTests {
     /// The seeds to run: 100 by default; `PEERSYNC_CONVERGENCE_SEEDS=N` runs N.
-    static let seeds: Range<Int> = 0..<(ProcessInfo.processInfo.environment["PEERSYNC_CONVERGENCE_SEEDS"]
-        .flatMap { Int($0) }.map { max(1, $0) } ?? 100)
+    static let seeds = convergenceSeeds(default: 100)
 
     /// Three to six peers edit one document concurrently (nobody deletes it), then sync in a
     /// random order — random directions, more edits in between — so conflicts are resolved
@@ -25,9 +24,7 @@ import Testing
             for j in 1..<n { try await replicate(p[0], to: p[j], type: .push) }
             for peer in p { try await save(try peer.defaultCollection, "x", ["by": .string(peer.name)]) }
             for _ in 0..<(3 * n) {
-                let i = Int.random(in: 0..<n, using: &rng)
-                var j = Int.random(in: 0..<n - 1, using: &rng)
-                if j >= i { j += 1 }
+                let (i, j) = randomPair(n, using: &rng)
                 let type: ReplicatorType = [.push, .pull, .pushAndPull].randomElement(using: &rng) ?? .pushAndPull
                 try await replicate(p[i], to: p[j], type: type)
                 if Int.random(in: 0..<4, using: &rng) == 0 {

@@ -9,8 +9,7 @@ typealias SeededRandom = SplitMix64
 
 @Suite struct ConvergenceTests {
     /// The seeds to run: 200 by default; `PEERSYNC_CONVERGENCE_SEEDS=N` runs N.
-    static let seeds: Range<Int> = 0..<(ProcessInfo.processInfo.environment["PEERSYNC_CONVERGENCE_SEEDS"]
-        .flatMap { Int($0) }.map { max(1, $0) } ?? 200)
+    static let seeds = convergenceSeeds(default: 200)
 
     /// Several peers make random saves, deletes and conflicting edits, then sync in a random
     /// order (random directions and types), a third of those syncs interrupted: the link
@@ -41,9 +40,7 @@ typealias SeededRandom = SplitMix64
                     }
                 }
                 // A random sync.
-                let i = Int.random(in: 0..<peerCount, using: &rng)
-                var j = Int.random(in: 0..<peerCount - 1, using: &rng)
-                if j >= i { j += 1 }
+                let (i, j) = randomPair(peerCount, using: &rng)
                 let type: ReplicatorType = [.push, .pull, .pushAndPull].randomElement(using: &rng) ?? .pushAndPull
                 if Int.random(in: 0..<3, using: &rng) == 0 {
                     // Interrupted: the link breaks part-way (maybe before anything was saved,

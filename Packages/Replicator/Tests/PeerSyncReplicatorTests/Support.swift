@@ -142,6 +142,19 @@ func snapshot(_ c: PeerSyncDatabase.Collection) async throws -> [String: String]
     return out
 }
 
+/// The seeds of a seeded convergence test: `PEERSYNC_CONVERGENCE_SEEDS=N` runs N, else `count`.
+func convergenceSeeds(default count: Int) -> Range<Int> {
+    0..<(ProcessInfo.processInfo.environment["PEERSYNC_CONVERGENCE_SEEDS"].flatMap { Int($0) }.map { max(1, $0) } ?? count)
+}
+
+/// Two different indices below `count` (at least 2), drawn from `rng`.
+func randomPair(_ count: Int, using rng: inout SplitMix64) -> (Int, Int) {
+    let i = Int.random(in: 0..<count, using: &rng)
+    var j = Int.random(in: 0..<count - 1, using: &rng)
+    if j >= i { j += 1 }
+    return (i, j)
+}
+
 /// How many times slower than full speed this run is: `PEERSYNC_SLOW` (`Tools/test --sanitize`
 /// sets it: 30 under TSan, 3 under ASan), 1 otherwise.
 let slowFactor = max(1, Int(ProcessInfo.processInfo.environment["PEERSYNC_SLOW"] ?? "") ?? 1)
