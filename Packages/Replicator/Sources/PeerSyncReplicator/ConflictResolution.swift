@@ -62,16 +62,20 @@ struct ConflictResolution: Sendable {
     @discardableResult
     func resolveExisting(docID: String, isolation: isolated (any Actor)? = #isolation) async throws -> Bool {
         let c = collection.collection
-        var resolved = false
-        // Each round settles one branch; a document has few.
+        var attempted: RevisionID?
+        var settled = false
+        // Each round settles one branch; a document has few. The branch just attempted still
+        // open means no progress (nothing to resolve it against): stop.
         for _ in 0..<16 {
             guard let revs = try await c.revisions(of: docID), revs.isConflicted,
                   let branch = revs.leaves.filter({ $0.revID != revs.currentRevID && !$0.isDeleted && !$0.flags.contains(.closed) })
-                      .max(by: { $0.revID < $1.revID }) else { return resolved }
+                      .max(by: { $0.revID < $1.revID }) else { return attempted != nil }
+            if branch.revID == attempted { return settled }
+            if attempted != nil { settled = true }
+            attempted = branch.revID
             try await resolveIfConflicted(docID: docID, pulled: branch.revID, tree: revs)
-            resolved = true
         }
-        return resolved
+        return true
     }
 
     /// Asks the resolver about `local` against `remote` and saves the result on the remote
