@@ -41,6 +41,23 @@ public struct DocumentRevisions: Sendable, Hashable {
     /// The revision with this ID, if known.
     public func revision(_ id: RevisionID) -> RevisionInfo? { revisions.first { $0.revID == id } }
 
+    /// Whether `revID` is a leaf once reopened (what `Collection.closeConflict`
+    /// does to its winner; the same rule as the tree's `reopen`): every branch under it ends
+    /// only in closed leaves, the local-only record of resolutions that went another way.
+    public func isLeafOnceReopened(_ revID: RevisionID) -> Bool {
+        var children: [RevisionID: [RevisionInfo]] = [:]
+        for r in revisions { if let p = r.parentRevID { children[p, default: []].append(r) } }
+        var pending = children[revID] ?? []
+        while let r = pending.popLast() {
+            if r.isLeaf {
+                guard r.flags.contains(.closed) else { return false }
+            } else {
+                pending += children[r.revID] ?? []
+            }
+        }
+        return true
+    }
+
     /// The known ancestors of `revID`, parent first, at most `maxCount` of them (nil if
     /// the revision is unknown). This is the `history` a `rev` message carries.
     public func history(of revID: RevisionID, maxCount: Int = Int.max) -> [RevisionID]? {

@@ -87,7 +87,7 @@ struct ConflictResolution: Sendable {
                  in revs: DocumentRevisions, isolation: isolated (any Actor)? = #isolation) async throws {
         let c = collection.collection
         let localRev = localInfo.revID, remoteRev = remoteInfo.revID
-        let remoteIsLeaf = Self.isLeafOnceReopened(remoteRev, in: revs)
+        let remoteIsLeaf = revs.isLeafOnceReopened(remoteRev)
         if localInfo.isDeleted && remoteInfo.isDeleted {
             // Two deletions: nothing to ask; the remote branch continues — the remote tombstone
             // itself when it is (or, reopened, becomes) a leaf with its body still stored; else a
@@ -148,23 +148,6 @@ struct ConflictResolution: Sendable {
         if let live = open.first(where: { !$0.isDeleted }) { return live }
         guard !pulled.isDeleted else { return nil }
         return open.filter { deletionConflicts(live: pulled.revID, tombstone: $0, in: revs) }.max { $0.revID < $1.revID }
-    }
-
-    /// Whether `revID` is a leaf once reopened (what `closeConflict` does to its winner):
-    /// every branch under it ends only in closed leaves, the local-only record of resolutions
-    /// that went another way.
-    static func isLeafOnceReopened(_ revID: RevisionID, in revs: DocumentRevisions) -> Bool {
-        var children: [RevisionID: [RevisionInfo]] = [:]
-        for r in revs.revisions { if let p = r.parentRevID { children[p, default: []].append(r) } }
-        var pending = children[revID] ?? []
-        while let r = pending.popLast() {
-            if r.isLeaf {
-                guard r.flags.contains(.closed) else { return false }
-            } else {
-                pending += children[r.revID] ?? []
-            }
-        }
-        return true
     }
 
     /// The deletion-vs-edit rule, the same for both roles (Couchbase Lite: deletion wins):
