@@ -9,29 +9,33 @@ import Testing
 
 /// Partitions, churn, duplicate dials and restarts.
 @Suite struct MeshResilienceTests {
+    /// 12 peers in three groups of 4 (6 in groups of 2 under a sanitizer).
     @Test func partitionIntoThreeGroupsThenHeal() async throws {
-        try await withMesh(12) { mesh in
+        let size = meshSize(12, sanitized: 6)
+        let third = size / 3
+        try await withMesh(size) { mesh in
             try await mesh.startAll()
             for peer in mesh.peers { try await peer.save("before-\(peer.name)", ["by": .string(peer.name)]) }
-            try await mesh.expectConvergence(expecting: 12, within: .seconds(60), "not converged before the partition")
-            let groups = [Array(mesh.peers[0..<4]), Array(mesh.peers[4..<8]), Array(mesh.peers[8..<12])]
+            try await mesh.expectConvergence(expecting: size, within: .seconds(60), "not converged before the partition")
+            let groups = [Array(mesh.peers[0..<third]), Array(mesh.peers[third..<2 * third]), Array(mesh.peers[2 * third..<size])]
             mesh.network.partition(groups.map { $0.map(\.name) })
             for peer in mesh.peers {
                 try await peer.save("during-\(peer.name)", ["by": .string(peer.name)])
                 // Each side also edits a document of its own that every peer had.
                 try await peer.save("before-\(peer.name)", ["edited by": .string(peer.name)])
             }
-            // Each side converges on its own: its 4 new documents and its edits.
+            // Each side converges on its own: its new documents and its edits.
             for group in groups {
-                try await mesh.expectConvergence(group, expecting: 12 + 4, within: .seconds(60), "a side did not converge")
+                try await mesh.expectConvergence(group, expecting: size + third, within: .seconds(60), "a side did not converge")
             }
             // Nothing crossed the partition.
-            #expect(try await mesh.peers[0].snapshot()["during-p4"] == nil)
+            let otherSide = mesh.peers[third].name
+            #expect(try await mesh.peers[0].snapshot()["during-\(otherSide)"] == nil)
             mesh.network.heal()
-            try await mesh.expectConvergence(expecting: 12 + 12, within: .seconds(90), "not converged after the heal")
+            try await mesh.expectConvergence(expecting: size + size, within: .seconds(90), "not converged after the heal")
             let edited = try await mesh.peers[0].snapshot()
             #expect(edited.values.allSatisfy { !$0.hasSuffix("deleted") })
-            #expect(edited["before-p4"]?.hasPrefix("2-") == true, "the edit made during the partition did not win everywhere")
+            #expect(edited["before-\(otherSide)"]?.hasPrefix("2-") == true, "the edit made during the partition did not win everywhere")
         }
     }
 
@@ -55,10 +59,12 @@ import Testing
         }
     }
 
+    /// 10 peers, half of them churning (6 under a sanitizer).
     @Test func churnWhileWritingConverges() async throws {
-        try await withMesh(10) { mesh in
+        let size = meshSize(10, sanitized: 6)
+        try await withMesh(size) { mesh in
             try await mesh.startAll()
-            let churning = Array(mesh.peers[5..<10])
+            let churning = Array(mesh.peers[size / 2..<size])
             var written = 0
             for round in 0..<3 {
                 for peer in churning { await peer.replicator.stop() }
@@ -69,7 +75,7 @@ import Testing
                 }
                 try await Task.sleep(for: .milliseconds(300))
                 for peer in churning { try await peer.replicator.start() }
-                for peer in mesh.peers.prefix(5) {
+                for peer in mesh.peers.prefix(size / 2) {
                     try await peer.save("r\(round)-after-\(peer.name)", ["round": .int(Int64(round))])
                     written += 1
                 }

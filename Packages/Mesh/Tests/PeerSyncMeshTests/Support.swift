@@ -19,6 +19,15 @@ let slowFactor = max(1, Int(ProcessInfo.processInfo.environment["PEERSYNC_SLOW"]
 /// A deadline or timeout that assumes full speed, stretched by ``slowFactor``.
 func slow(_ duration: Duration) -> Duration { duration * slowFactor }
 
+/// Whether this run is under a sanitizer (`Tools/test --sanitize` sets `PEERSYNC_SANITIZER`).
+let underSanitizer = ProcessInfo.processInfo.environment["PEERSYNC_SANITIZER"] != nil
+
+/// A mesh size for a test: `full` normally, `sanitized` under a sanitizer. A sanitizer run looks
+/// for races and memory errors, which every peer of a mesh exercises alike; at TSan's speed a
+/// 64-peer mesh would take most of an hour per test, so the large meshes shrink (each size is
+/// chosen so the test's claim still holds, e.g. more peers than the degree bound).
+func meshSize(_ full: Int, sanitized: Int) -> Int { underSanitizer ? sanitized : full }
+
 /// Polls `condition` every 50 ms until it holds or `timeout` (stretched by ``slowFactor``)
 /// passes; returns whether it held.
 func eventually(_ timeout: Duration, _ condition: () async throws -> Bool) async throws -> Bool {
