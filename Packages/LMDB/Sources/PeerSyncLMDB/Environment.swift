@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -64,6 +65,15 @@ final class LMDBEnvironment: @unchecked Sendable {
     private var noSync: Bool
     /// Set when the map could not be remapped: the environment cannot be used any more.
     private var failure: PeerSyncError?
+    /// When the map's pages were last released (``releaseMappedPagesIfDue()``): nanoseconds
+    /// after ``clockOrigin``.
+    private let lastPageRelease = Atomic<Int64>(0)
+    private let clockOrigin = ContinuousClock.now
+
+    /// How often, at most, the pages of the map this process touched are released from its
+    /// resident set (see ``EnvHandle/releaseMappedPages(pageSize:)``): between two releases RSS
+    /// grows by at most what the process reads or writes in this time.
+    static let mappedPagesReleaseInterval: Duration = .milliseconds(500)
 
     /// Opens (or creates) the environment in `directory`, which must exist. Independent of
     /// the registry: two instances on one directory in one process are only for tests.
@@ -274,6 +284,22 @@ final class LMDBEnvironment: @unchecked Sendable {
     }
 
     // MARK: Transactions
+
+    /// Called by every transaction as it ends, the gate still held shared: releases the map's
+    /// pages from this process's resident set when ``mappedPagesReleaseInterval`` has passed
+    /// since the last release (one caller wins the race; the others return at once). Without
+    /// it, LMDB's memory map keeps every page ever read counted in RSS — a process that
+    /// replicates a 1,000,000-document store showed 0.4–2 GB resident while its heap stayed
+    /// under 50 MB. The pages stay in the page cache; reading them again is a minor fault.
+    func releaseMappedPagesIfDue() {
+        let (seconds, attoseconds) = (ContinuousClock.now - clockOrigin).components
+        let now = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        let last = lastPageRelease.load(ordering: .relaxed)
+        let (intervalSeconds, intervalAttoseconds) = Self.mappedPagesReleaseInterval.components
+        guard now - last >= intervalSeconds * 1_000_000_000 + intervalAttoseconds / 1_000_000_000,
+              lastPageRelease.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
+        handle.releaseMappedPages(pageSize: pageSize)
+    }
 
     /// Begins a read-only transaction. On success the gate is held shared (the transaction
     /// releases it when it ends). Adopts a map grown by another process (`MDB_MAP_RESIZED`).

@@ -190,6 +190,7 @@ final class LMDBTransaction: StorageWriter {
         txn?.abort()
         txn = nil
         if holdsGate {
+            env.releaseMappedPagesIfDue()
             env.gate.unlockShared()
             holdsGate = false
         }
