@@ -150,10 +150,16 @@ extension DocumentEngine {
         let existing = try writer.get(id, in: spec.documentsKeyspace)
         var tree = try existing.map { record throws(PeerSyncError) in try loadTree(record) } ?? RevTree()
         let insertion: RevTree.HistoryInsertion
+        let hasAttachments = DocumentEngine.referencesBlobs(body, canonical: canonical)
         do {
             insertion = try tree.insertHistory(revID: revisionID, history: history, body: canonical, deleted: deleted,
-                                               hasAttachments: DocumentEngine.referencesBlobs(body, canonical: canonical),
-                                               allowConflict: allowConflict, markConflict: true)
+                                               hasAttachments: hasAttachments, allowConflict: allowConflict, markConflict: true)
+        } catch where error.code == .conflict && !allowConflict && tree.supersedesWithSameContent(revisionID, body: canonical, deleted: deleted) {
+            // A push that is not a fast-forward, but carries the current revision's content
+            // under a higher revision ID: the pushing peer settled a conflict between two
+            // equal-bodied branches on the higher ID (see `RevTree.acceptSameContent`).
+            insertion = try tree.acceptSameContent(revID: revisionID, history: history, body: canonical, deleted: deleted,
+                                                   hasAttachments: hasAttachments, closingBody: try validatedBody([:], docID: id))
         } catch {
             throw error.with("docID", id).with(spec)
         }

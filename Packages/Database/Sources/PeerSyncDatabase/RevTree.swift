@@ -211,6 +211,47 @@ struct RevTree: Sendable, Equatable {
         return HistoryInsertion(index: parent ?? 0, added: added, commonAncestor: common?.position)
     }
 
+    /// Whether `revID` (not in the tree) would replace the current revision without changing
+    /// the document: same deletion state and, for a live revision, the same canonical body, and
+    /// a higher revision ID (generation, then digest).
+    func supersedesWithSameContent(_ revID: RevisionID, body: [UInt8], deleted: Bool) -> Bool {
+        guard let w = winnerIndex, index(of: revID) == nil, revID > nodes[w].revID,
+              nodes[w].isDeleted == deleted else { return false }
+        return deleted || nodes[w].body == body
+    }
+
+    /// Takes a pushed revision whose parent is not the current revision, when it has the
+    /// current revision's content under a higher ID (``supersedesWithSameContent(_:body:deleted:)``,
+    /// checked by the caller): the branch is inserted and the current revision's branch is
+    /// closed (a closing tombstone with `closingBody`, or the closed flag on a tombstone), so
+    /// the pushed revision is current. Nothing is lost — the content is the same — and no
+    /// conflict is left: a passive peer still never lets a push create one. This is how two
+    /// peers holding one resolution under two revision IDs (equal bodies on two branches:
+    /// "local wins" copies a body onto another branch) agree without a new revision: both
+    /// take the higher ID, so around a cycle of peers IDs only ever grow towards one.
+    mutating func acceptSameContent(revID: RevisionID, history: [RevisionID], body: [UInt8], deleted: Bool,
+                                    hasAttachments: Bool, closingBody: [UInt8]) throws(PeerSyncError) -> HistoryInsertion {
+        guard let w = winnerIndex else {
+            throw PeerSyncError(.internalError, "no current revision to supersede")
+        }
+        let previous = nodes[w].revID
+        let insertion = try insertHistory(revID: revID, history: history, body: body, deleted: deleted,
+                                          hasAttachments: hasAttachments, allowConflict: true, markConflict: false)
+        guard let old = index(of: previous) else {
+            throw PeerSyncError(.internalError, "the superseded revision vanished")
+        }
+        if nodes[old].isDeleted {
+            markClosed(old)
+        } else {
+            markClosed(addLocal(parent: old, body: closingBody, deleted: true, hasAttachments: false))
+        }
+        guard let inserted = index(of: revID) else {
+            throw PeerSyncError(.internalError, "the accepted revision vanished")
+        }
+        markBranchNotConflict(inserted)
+        return HistoryInsertion(index: inserted, added: insertion.added, commonAncestor: insertion.commonAncestor)
+    }
+
     /// Marks the leaf at `index` as the closed end of a resolved conflict's losing branch.
     mutating func markClosed(_ index: Int) {
         nodes[index].flags.insert(.closed)

@@ -67,6 +67,40 @@ import Testing
         }
     }
 
+    /// A passive peer (no-conflicts mode) takes a push that is not a fast-forward only when it
+    /// changes nothing but the revision ID upwards: the current revision's content (body, or
+    /// deletion) under a higher ID. The current branch is closed, so no conflict is left.
+    @Test(arguments: Backend.available)
+    func noConflictsModeTakesTheSameContentUnderAHigherRevision(_ backend: Backend) async throws {
+        try await withDatabase(backend) { db, _ in
+            let c = try db.defaultCollection()
+            var doc = MutableDocument(id: "k", data: ["v": "same"])
+            try await c.save(document: &doc)
+            let current = try RevisionID(try #require(doc.revisionID))
+            let other = RevisionID(generation: 1, digest: "0000000000000000000000000000000000000001")
+            // Refused: a different body, or the same body under a lower ID.
+            await expectError(.conflict) {
+                try await c.insertRevision(docID: "k", revID: .t(2, "zz"), history: [other], body: ["v": "different"],
+                                           deleted: false, allowConflict: false)
+            }
+            await expectError(.conflict) {
+                try await c.insertRevision(docID: "k", revID: RevisionID(generation: 1, digest: "0000000000000000000000000000000000000002"),
+                                           history: [], body: ["v": "same"], deleted: false, allowConflict: false)
+            }
+            // Taken: the same body under a higher ID; the old current branch is closed.
+            let higher = RevisionID(generation: 2, digest: "ffffffffffffffffffffffffffffffffffffffff")
+            let result = try await c.insertRevision(docID: "k", revID: higher, history: [other], body: ["v": "same"],
+                                                    deleted: false, allowConflict: false)
+            #expect(result.inserted && !result.isConflicted && result.currentRevID == higher)
+            let revs = try #require(try await c.revisions(of: "k"))
+            #expect(revs.currentRevID == higher && !revs.isConflicted)
+            let closing = revs.leaves.filter { $0.revID != higher }
+            #expect(closing.count == 1 && closing.allSatisfy { $0.isDeleted && $0.flags.contains(.closed) && $0.parentRevID == current })
+            #expect(try await c.document(id: "k")?.string(forKey: "v") == "same")
+            #expect(try await db.checkIntegrity().isEmpty)
+        }
+    }
+
     @Test(arguments: Backend.available)
     func pulledConflictKeepsLocalCurrentUntilResolved(_ backend: Backend) async throws {
         try await withDatabase(backend) { db, _ in

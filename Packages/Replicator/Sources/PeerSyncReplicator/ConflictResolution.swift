@@ -84,9 +84,19 @@ struct ConflictResolution: Sendable {
     /// local body continues the remote branch (local wins). Throws `.invalidArgument` when the
     /// document changed meanwhile.
     func resolve(docID: String, local localInfo: RevisionInfo, remote remoteInfo: RevisionInfo,
-                 in revs: DocumentRevisions, isolation: isolated (any Actor)? = #isolation) async throws {
+                 in revs: DocumentRevisions, continueRemoteBranch: Bool = false,
+                 isolation: isolated (any Actor)? = #isolation) async throws {
         let c = collection.collection
         let localRev = localInfo.revID, remoteRev = remoteInfo.revID
+        if !continueRemoteBranch, localRev > remoteRev, try await Self.sameContent(localInfo, remoteInfo, docID: docID, in: c) {
+            // The same content under two IDs: the higher one (local) stays; the remote branch
+            // is closed here if it is still open, and the push that follows carries the local
+            // revision to the peer, which takes it (see `proposalSupersedingPeer`).
+            if remoteInfo.isLeaf && !remoteInfo.flags.contains(.closed) {
+                try await c.closeConflict(docID: docID, winningRevisionID: localRev, losingRevisionID: remoteRev)
+            }
+            return
+        }
         let remoteIsLeaf = revs.isLeafOnceReopened(remoteRev)
         if localInfo.isDeleted && remoteInfo.isDeleted {
             // Two deletions: nothing to ask; the remote branch continues — the remote tombstone
@@ -136,6 +146,22 @@ struct ConflictResolution: Sendable {
             return nil
         }
         return try await c.revisions(of: docID)
+    }
+
+    /// Whether two revisions hold the same content: both deletions, or both live with equal
+    /// bodies (a body no longer stored counts as different). Such a conflict is settled without
+    /// the resolver — there is nothing to choose between — on the higher revision ID, on both
+    /// sides: the active side keeps (or adopts) the higher one, and a passive peer accepts a
+    /// push of the higher one over its current revision when the content is the same. No new
+    /// revision is made, so peers holding one resolution under different IDs (a "local wins"
+    /// copies the local body onto the remote branch) agree on the largest ID; around a cycle
+    /// of peers, "adopt the remote" rotated the IDs for ever, and "a new child of the remote"
+    /// (Couchbase Lite's rule) made ever higher generations.
+    static func sameContent(_ a: RevisionInfo, _ b: RevisionInfo, docID: String, in c: PeerSyncDatabase.Collection,
+                            isolation: isolated (any Actor)? = #isolation) async throws -> Bool {
+        if a.isDeleted || b.isDeleted { return a.isDeleted && b.isDeleted }
+        guard a.hasBody, b.hasBody, let first = try await c.revisionBody(docID: docID, revID: a.revID) else { return false }
+        return try await c.revisionBody(docID: docID, revID: b.revID) == first
     }
 
     /// The local leaf a pulled leaf conflicts with, or nil when there is no conflict: the

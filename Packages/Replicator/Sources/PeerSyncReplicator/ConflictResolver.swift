@@ -27,6 +27,10 @@ public struct Conflict: Sendable {
 /// for a deletion — becomes a new revision, child of the remote one. The local branch is
 /// closed by a tombstone that stays local (never replicated). Pushing the result is then a
 /// fast-forward for the peer, which never accepts anything else.
+///
+/// Not asked: a conflict between two revisions with the same content (two deletions, or equal
+/// bodies) — the higher revision ID wins on both sides, without a new revision (Replicator
+/// README, "Conflicts").
 public protocol ConflictResolver: Sendable {
     func resolve(_ conflict: Conflict) async throws -> (any DocumentProperties)?
 }

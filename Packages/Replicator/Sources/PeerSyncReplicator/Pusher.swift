@@ -310,6 +310,14 @@ actor Pusher {
                 return out
             }
             for (p, error) in outcomes {
+                if let error, error.code == .conflict, attempts < 4, let outcome = try await settleSupersedingRefusal(p) {
+                    switch outcome {
+                    case .peerHasCurrent: context.setPeerRevision(index, p.docID, p.serverRev ?? p.revID)
+                    case .propose(let fix): next.append(fix)
+                    case .unresolved: break
+                    }
+                    continue
+                }
                 if error == nil {
                     context.setPeerRevision(index, p.docID, p.revID)
                 } else {
@@ -358,11 +366,49 @@ actor Pusher {
             }
             do {
                 try await resolution.resolve(docID: p.docID, local: local, remote: remote, in: revs)
+                if let superseding = try await proposalSupersedingPeer(p, serverRev: serverRev) { return .propose(superseding) }
             } catch let error as PeerSyncError where error.code == .invalidArgument {
                 // Resolved meanwhile by the pull (or changed): look again.
             }
         }
         return .unresolved(known: true)
+    }
+
+    /// When the current revision has the same content as the peer's `serverRev` under a higher
+    /// ID (how ``ConflictResolution`` settles equal-bodied branches), the proposal that replaces
+    /// the peer's revision: the current one, naming `serverRev` as the revision it supersedes.
+    /// A PeerSync passive peer takes it (same content, higher ID: no conflict is created); a
+    /// peer that refuses it (Couchbase Lite) gets the remote branch continued instead
+    /// (``settleSupersedingRefusal(_:)``).
+    private func proposalSupersedingPeer(_ p: Proposal, serverRev: RevisionID) async throws -> Proposal? {
+        guard let revs = try await collection.collection.revisions(of: p.docID), revs.currentRevID > serverRev,
+              let current = revs.revision(revs.currentRevID), let remote = revs.revision(serverRev),
+              try await ConflictResolution.sameContent(current, remote, docID: p.docID, in: collection.collection) else { return nil }
+        return Proposal(docID: p.docID, revID: revs.currentRevID, deleted: revs.isDeleted, serverRev: serverRev, sequence: p.sequence)
+    }
+
+    /// After the peer refused (409 on the `rev`) a proposal that supersedes its revision
+    /// without descending from it (``proposalSupersedingPeer(_:serverRev:)``): the conflict is
+    /// resolved on the peer's branch instead, the Couchbase Lite way, and the outcome proposed
+    /// again (or nothing is left to send). Nil when the proposal was not such a one.
+    private func settleSupersedingRefusal(_ p: Proposal) async throws -> RefusalOutcome? {
+        guard let serverRev = p.serverRev else { return nil }
+        return try await context.handlingConflicts(of: p.docID) { () async throws -> RefusalOutcome? in
+            guard let revs = try await collection.collection.revisions(of: p.docID), revs.currentRevID == p.revID,
+                  !(revs.history(of: p.revID) ?? []).contains(serverRev),
+                  let local = revs.revision(p.revID), let remote = revs.revision(serverRev) else { return nil }
+            do {
+                try await ConflictResolution(collection: collection).resolve(docID: p.docID, local: local, remote: remote,
+                                                                           in: revs, continueRemoteBranch: true)
+            } catch let error as PeerSyncError where error.code == .invalidArgument {
+                return nil
+            }
+            guard let after = try await collection.collection.revisions(of: p.docID) else { return nil }
+            if after.currentRevID == serverRev { return .peerHasCurrent }
+            guard (after.history(of: after.currentRevID) ?? []).contains(serverRev) else { return nil }
+            return .propose(Proposal(docID: p.docID, revID: after.currentRevID, deleted: after.isDeleted,
+                                     serverRev: serverRev, sequence: p.sequence))
+        }
     }
 
     /// The document error for a proposal the peer refused with 409, or nil when this session

@@ -156,6 +156,53 @@ import Testing
 
     /// `subChanges` with `activeOnly` (Couchbase Lite pulling into an empty database) skips
     /// deleted documents; before, a fresh client got every tombstone.
+    /// Scenario 3 (found by the mesh's random schedules: three or four peers kept swapping two
+    /// revision IDs of one document for good): two revisions with the *same body* on different
+    /// branches — "local wins" copies the local body onto the remote branch, so the copy and
+    /// the original meet later. Whichever side is active, both must end on the higher revision
+    /// ID, without a new revision. Before, the active side always adopted the peer's revision
+    /// ("the remote as it is"), so the outcome depended on which side was local, and around a
+    /// cycle of peers the IDs rotated.
+    @Test(arguments: [true, false])
+    func equalBodiesSettleOnTheHigherRevisionWhicheverSideIsActive(_ higherSideIsActive: Bool) async throws {
+        try await withPeers(3) { p in
+            for peer in p { try peer.listen() }
+            try await save(try p[0].defaultCollection, "d", ["v": "zero"])
+            try await save(try p[1].defaultCollection, "d", ["v": "one"])
+            let rev0 = try RevisionID(try #require(try await p[0].defaultCollection.document(id: "d")?.revisionID))
+            let rev1 = try RevisionID(try #require(try await p[1].defaultCollection.document(id: "d")?.revisionID))
+            // `high` holds the higher revision (the default resolver's winner), `low` the other.
+            let (high, low, highRev) = rev0 > rev1 ? (p[0], p[1], rev0) : (p[1], p[0], rev1)
+            let copy = p[2]
+            try await replicate(high, to: copy, type: .push)   // the copy holds highRev
+            try await replicate(high, to: low, type: .pull)    // local wins: highRev's body on low's branch
+            let merged = try #require(try await high.defaultCollection.revisions(of: "d")).currentRevID
+            #expect(merged.generation == 2 && merged != highRev)
+            // `high` holds `merged`, the copy holds `highRev`: the same body, and merged > highRev.
+            let log = EventLog()
+            if higherSideIsActive {
+                try await replicate(high, to: copy, events: log)
+            } else {
+                try await replicate(copy, to: high, events: log)
+            }
+            #expect(log.documents.allSatisfy { $0.error == nil }, "\(log.documents)")
+            for peer in [high, copy] {
+                let revs = try #require(try await peer.defaultCollection.revisions(of: "d"))
+                #expect(revs.currentRevID == merged, "\(peer.name) holds \(revs.currentRevID), not the higher \(merged)")
+                #expect(revs.revisions.allSatisfy { $0.revID.generation <= 2 || $0.flags.contains(.closed) },
+                        "a new revision was made: \(revs.revisions.map(\.revID))")
+                #expect(!revs.isConflicted)
+            }
+            #expect(try await copy.defaultCollection.document(id: "d")?.properties
+                    == high.defaultCollection.document(id: "d")?.properties)
+            // Nothing moves on a second sync either way.
+            let again = EventLog()
+            try await replicate(copy, to: high, events: again)
+            try await replicate(high, to: copy, events: again)
+            #expect(again.documents.isEmpty, "\(again.documents)")
+        }
+    }
+
     @Test func activeOnlySkipsDeletedDocuments() async throws {
         try await withPeers(1) { p in
             let server = p[0]
