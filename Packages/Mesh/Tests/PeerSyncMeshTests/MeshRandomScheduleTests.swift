@@ -57,13 +57,10 @@ import Testing
             mesh.network.heal()
             for peer in mesh.peers where !running.contains(peer.name) { try await peer.replicator.start() }
             if try await eventually(.seconds(60), { try await mesh.converged() }) { return }
-            // What is still known (Mesh README, "Known issues"): every peer holds the same
-            // content, but equal-bodied revisions of a conflict are still being re-resolved
-            // (each resolution that keeps the local body adds a revision on the peer's branch,
-            // and around a cycle of links that can go on for a while under load). Recorded as
-            // a known issue only when every differing document has the same deletion state and
-            // body on every peer; different content, or a document missing on a peer (a stalled
-            // replication), fails.
+            // Any divergence fails; the report says which kind. "Same content everywhere" was
+            // the known issue fixed in the Replicator (equal-bodied revisions of one conflict
+            // swapping IDs around a cycle of links: Mesh README, "Known issues"); different
+            // content, or a document missing on a peer, is a stalled replication.
             var snapshots: [[String: String]] = []
             for peer in mesh.peers { snapshots.append(try await peer.snapshot()) }
             let differing = Set(snapshots.flatMap(\.keys)).filter { id in Set(snapshots.map { $0[id] }).count > 1 }
@@ -77,15 +74,8 @@ import Testing
                 }
                 if contents.count != 1 || contents.contains("absent") { sameContent = false }
             }
-            let report = "seed \(seed) did not converge:\n\(try await mesh.divergence())"
-            if sameContent {
-                withKnownIssue("same content everywhere, equal-bodied revisions still re-resolved (Mesh README, Known issues)",
-                               isIntermittent: true) {
-                    Issue.record(Comment(rawValue: report))
-                }
-            } else {
-                Issue.record(Comment(rawValue: report))
-            }
+            let kind = sameContent ? "same content everywhere, different revision IDs" : "different content or a missing document"
+            Issue.record(Comment(rawValue: "seed \(seed) did not converge (\(kind)):\n\(try await mesh.divergence())"))
         }
     }
 }
