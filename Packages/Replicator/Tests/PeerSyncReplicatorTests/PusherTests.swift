@@ -112,6 +112,52 @@ import Testing
         }
     }
 
+    /// The same content under two IDs, the local one higher: the Pusher proposes its revision
+    /// naming the peer's as the one it supersedes. A peer that refuses that `rev` (Couchbase
+    /// Lite never takes a push that is not a fast-forward) gets the remote branch continued:
+    /// here the resolver keeps the equal body, so the peer's revision is adopted — no document
+    /// error, nothing more to send.
+    @Test func aPeerRefusingTheHigherIDOfTheSameContentGetsItsBranchContinued() async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            let low = try RevisionID(fakeRev(1, "low")), high = try RevisionID(fakeRev(2, "high"))
+            let (lower, higher) = low < high ? (low, high) : (high, low)
+            try await local.insertRevision(docID: "d", revID: lower, history: [], body: ["v": "same"], deleted: false)
+            try await local.insertRevision(docID: "d", revID: higher, history: [try RevisionID(fakeRev(1, "other root"))],
+                                           body: ["v": "same"], deleted: false)
+            try await local.closeConflict(docID: "d", winningRevisionID: higher, losingRevisionID: lower)
+            let proposals = Received(), revs = Received()
+            let scripted = try ScriptedPeer(network: peers[0].network, script: { _ in }) { blip in
+                await blip.setHandler(profile: "proposeChanges") { request in
+                    proposals.append(request.message)
+                    // The peer's current revision is `lower`: 0 only when it is named.
+                    let answers = try entries(request.message).map { entry -> JSONValue in
+                        entry.arrayValue?[2].stringValue == lower.description
+                            ? .int(0) : .object(["status": .int(409), "rev": .string(lower.description)])
+                    }
+                    return BLIPMessage(type: .response, body: JSONValue.array(answers).canonicalData)
+                }
+                await blip.setHandler(profile: "rev") { request in
+                    revs.append(request.message)
+                    return .error(domain: "HTTP", code: 409, message: "conflict")
+                }
+            }
+            let workers = try await ActiveWorkers.connect(to: scripted, collection: local, push: true, pull: false)
+            try await workers.pusher().push(since: 0, continuous: false, docIDs: nil) { _ in }
+
+            let rounds = try proposals.all.map { try entries($0) }
+            #expect(rounds.count == 2)
+            #expect(rounds.last == [.array(["d", .string(higher.description), .string(lower.description)])])
+            #expect(revs.all.map { $0.properties["rev"] } == [higher.description])
+            #expect(workers.log.documents.allSatisfy { $0.error == nil }, "\(workers.log.documents)")
+            let after = try #require(try await local.revisions(of: "d"))
+            #expect(after.currentRevID == lower, "the peer's revision is adopted")
+            #expect(workers.context.peerRevision(0, "d") == lower)
+            await workers.session.stop()
+            await scripted.close()
+        }
+    }
+
     /// In push-and-pull the Pusher and the Puller may meet the same conflict at once: the
     /// peer refuses the proposal (409, its revision) while the Puller is resolving that very
     /// revision. The Pusher waits for the Puller's resolution instead of resolving again, so
