@@ -88,16 +88,23 @@ struct ConflictResolution: Sendable {
                  isolation: isolated (any Actor)? = #isolation) async throws {
         let c = collection.collection
         let localRev = localInfo.revID, remoteRev = remoteInfo.revID
-        if !continueRemoteBranch, localRev > remoteRev, try await Self.sameContent(localInfo, remoteInfo, docID: docID, in: c) {
-            // The same content under two IDs: the higher one (local) stays; the remote branch
-            // is closed here if it is still open, and the push that follows carries the local
-            // revision to the peer, which takes it (see `proposalSupersedingPeer`).
-            if remoteInfo.isLeaf && !remoteInfo.flags.contains(.closed) {
-                try await c.closeConflict(docID: docID, winningRevisionID: localRev, losingRevisionID: remoteRev)
-            }
-            return
-        }
         let remoteIsLeaf = revs.isLeafOnceReopened(remoteRev)
+        if !continueRemoteBranch, try await Self.sameContent(localInfo, remoteInfo, docID: docID, in: c) {
+            // The same content under two IDs: no choice for the resolver; the higher ID wins.
+            if localRev > remoteRev {
+                // The local one stays; the remote branch is closed here if it is still open,
+                // and the push that follows carries the local revision to the peer, which
+                // takes it (see `Pusher.proposalSupersedingPeer`).
+                if remoteInfo.isLeaf && !remoteInfo.flags.contains(.closed) {
+                    try await c.closeConflict(docID: docID, winningRevisionID: localRev, losingRevisionID: remoteRev)
+                }
+                return
+            }
+            if remoteIsLeaf && remoteInfo.hasBody {
+                try await c.closeConflict(docID: docID, winningRevisionID: remoteRev, losingRevisionID: localRev)
+                return
+            }
+        }
         if localInfo.isDeleted && remoteInfo.isDeleted {
             // Two deletions: nothing to ask; the remote branch continues — the remote tombstone
             // itself when it is (or, reopened, becomes) a leaf with its body still stored; else a

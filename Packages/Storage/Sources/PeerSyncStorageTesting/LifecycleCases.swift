@@ -64,8 +64,11 @@ enum LifecycleCases {
     }
 
     static func twoHandlesOneProcess(_ t: CaseContext) throws {
-        let first = try t.open()
-        let second = try t.open()
+        // A generous busyTimeout: the two writer threads below wait for each other, and under a
+        // sanitizer on a loaded machine 30 writes of one thread took longer than the default 10 s.
+        let generous = StorageOptions(busyTimeout: .seconds(120))
+        let first = try t.open(options: generous)
+        let second = try t.open(options: generous)
         try first.write { try $0.put(Record(key: "a", body: [1]), in: "ks") }
         try t.checkEqual(try second.read { try $0.get("a", in: "ks")?.body }, [1], "the second handle sees the first's commit")
         try t.checkEqual(try second.write { try $0.put(Record(key: "b"), in: "ks") }, 2,
