@@ -89,8 +89,13 @@ struct ConflictResolution: Sendable {
         let c = collection.collection
         let localRev = localInfo.revID, remoteRev = remoteInfo.revID
         let remoteIsLeaf = revs.isLeafOnceReopened(remoteRev)
-        if !continueRemoteBranch, try await Self.sameContent(localInfo, remoteInfo, docID: docID, in: c) {
-            // The same content under two IDs: no choice for the resolver; the higher ID wins.
+        let localBody = localInfo.isDeleted ? nil : try await c.revisionBody(docID: docID, revID: localRev)
+        let remoteBody = remoteInfo.isDeleted ? nil : try await c.revisionBody(docID: docID, revID: remoteRev)
+        let sameContent = localInfo.isDeleted && remoteInfo.isDeleted
+            || (!localInfo.isDeleted && !remoteInfo.isDeleted && localBody != nil && localBody == remoteBody)
+        if !continueRemoteBranch && sameContent {
+            // The same content under two IDs (see `sameContent(_:_:docID:in:)`): no choice for
+            // the resolver; the higher ID wins.
             if localRev > remoteRev {
                 // The local one stays; the remote branch is closed here if it is still open,
                 // and the push that follows carries the local revision to the peer, which
@@ -113,8 +118,6 @@ struct ConflictResolution: Sendable {
                                       mergedBody: remoteIsLeaf && remoteInfo.hasBody ? nil : [:], mergedDeleted: true)
             return
         }
-        let localBody = localInfo.isDeleted ? nil : try await c.revisionBody(docID: docID, revID: localRev)
-        let remoteBody = remoteInfo.isDeleted ? nil : try await c.revisionBody(docID: docID, revID: remoteRev)
         let resolvedBody: [String: JSONValue]?
         if !remoteInfo.isDeleted && remoteBody == nil {
             resolvedBody = localBody

@@ -311,12 +311,12 @@ actor Pusher {
             }
             for (p, error) in outcomes {
                 if let error, error.code == .conflict, attempts < 4, let outcome = try await settleSupersedingRefusal(p) {
-                    switch outcome {
-                    case .peerHasCurrent: context.setPeerRevision(index, p.docID, p.serverRev ?? p.revID)
-                    case .propose(let fix): next.append(fix)
-                    case .unresolved: break
+                    // Anything else than these two is reported below like any refusal.
+                    if case .propose(let fix) = outcome { next.append(fix); continue }
+                    if case .peerHasCurrent = outcome, let serverRev = p.serverRev {
+                        context.setPeerRevision(index, p.docID, serverRev)
+                        continue
                     }
-                    continue
                 }
                 if error == nil {
                     context.setPeerRevision(index, p.docID, p.revID)
