@@ -91,9 +91,7 @@ struct ConflictResolution: Sendable {
         let remoteIsLeaf = revs.isLeafOnceReopened(remoteRev)
         let localBody = localInfo.isDeleted ? nil : try await c.revisionBody(docID: docID, revID: localRev)
         let remoteBody = remoteInfo.isDeleted ? nil : try await c.revisionBody(docID: docID, revID: remoteRev)
-        let sameContent = localInfo.isDeleted && remoteInfo.isDeleted
-            || (!localInfo.isDeleted && !remoteInfo.isDeleted && localBody != nil && localBody == remoteBody)
-        if !continueRemoteBranch && sameContent {
+        if !continueRemoteBranch && Self.sameContent(localInfo, localBody, remoteInfo, remoteBody) {
             // The same content under two IDs (see `sameContent(_:_:docID:in:)`): no choice for
             // the resolver; the higher ID wins.
             if localRev > remoteRev {
@@ -170,8 +168,17 @@ struct ConflictResolution: Sendable {
     static func sameContent(_ a: RevisionInfo, _ b: RevisionInfo, docID: String, in c: PeerSyncDatabase.Collection,
                             isolation: isolated (any Actor)? = #isolation) async throws -> Bool {
         if a.isDeleted || b.isDeleted { return a.isDeleted && b.isDeleted }
-        guard a.hasBody, b.hasBody, let first = try await c.revisionBody(docID: docID, revID: a.revID) else { return false }
-        return try await c.revisionBody(docID: docID, revID: b.revID) == first
+        guard a.hasBody, b.hasBody else { return false }
+        return sameContent(a, try await c.revisionBody(docID: docID, revID: a.revID),
+                           b, try await c.revisionBody(docID: docID, revID: b.revID))
+    }
+
+    /// The rule of ``sameContent(_:_:docID:in:)`` over bodies already read (nil: a deletion, or
+    /// a body no longer stored).
+    static func sameContent(_ a: RevisionInfo, _ aBody: [String: JSONValue]?,
+                            _ b: RevisionInfo, _ bBody: [String: JSONValue]?) -> Bool {
+        if a.isDeleted || b.isDeleted { return a.isDeleted && b.isDeleted }
+        return aBody != nil && aBody == bBody
     }
 
     /// The local leaf a pulled leaf conflicts with, or nil when there is no conflict: the
