@@ -88,7 +88,7 @@ actor Pusher {
                                    activeOnly: activeOnly, progress: { _ in })
             } catch let error as PeerSyncError where error.code != .closed && error.code != .cancelled
                 && error.code != .connectionClosed {
-                Logger(.replicator).error("serving the changes of \(self.collection.collection.fullName) failed: \(error.message)")
+                Logger(.replicator).error("serving the changes of \(self.collection.collection.fullName) failed: \(error.description)")
                 var props = self.context.collectionProperty(self.index)
                 props["error"] = "500"
                 props["errorCode"] = error.code.rawValue
