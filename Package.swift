@@ -28,6 +28,7 @@
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
 // | Packages/Mesh      | PeerSyncMesh              | Replicator, Discovery, Auth| —                  |
 // |                    | PeerSyncMeshWiFi          | Mesh, DNSSD, WebSocket     | —                  |
+// | Packages/BLE       | PeerSyncBLE               | Discovery, Transport, Posix| CBlueZ (bluetooth) |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
@@ -42,11 +43,12 @@
 // code, in no library product, and by design the one place besides each wrapper module that
 // calls those C libraries.
 //
-// Traits choose optional backends: `SQLite` (default), `LMDB`, `DNSSD` and `Mesh` (opt-in). A
+// Traits choose optional backends: `SQLite` (default), `LMDB`, `DNSSD`, `Mesh` and `BLE` (opt-in). A
 // consumer that leaves LMDB off never links liblmdb; one that leaves DNSSD off never needs
 // libavahi-client (the umbrella re-exports PeerSyncDNSSD only with the trait). `Mesh` turns
 // DNSSD on and makes the umbrella re-export the multipeer replicator (PeerSyncMesh) and its
-// Wi-Fi transport (PeerSyncMeshWiFi). Tools/test and Tools/demo build with every trait on.
+// Wi-Fi transport (PeerSyncMeshWiFi); `BLE` turns Mesh on and adds the Bluetooth LE transport and
+// discovery (PeerSyncBLE). Tools/test and Tools/demo build with every trait on.
 //
 // Do NOT aggregate nested packages with `.package(path:)`: SwiftPM then refuses to serve
 // this repository to a consumer that depends on it by URL.
@@ -103,6 +105,7 @@ let package = Package(
         .library(name: "PeerSyncListener", targets: ["PeerSyncListener"]),
         .library(name: "PeerSyncMesh", targets: ["PeerSyncMesh"]),
         .library(name: "PeerSyncMeshWiFi", targets: ["PeerSyncMeshWiFi"]),
+        .library(name: "PeerSyncBLE", targets: ["PeerSyncBLE"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
         .executable(name: "example-tasklist", targets: ["example-tasklist"]),
@@ -115,6 +118,8 @@ let package = Package(
         .trait(name: "DNSSD", description: "Peer discovery over DNS-SD through Avahi (libavahi-client), re-exported by the umbrella."),
         .trait(name: "Mesh", description: "The multipeer replicator and its Wi-Fi transport (DNS-SD + WebSocket over mutual TLS), re-exported by the umbrella; turns DNSSD on.",
                enabledTraits: ["DNSSD"]),
+        .trait(name: "BLE", description: "Bluetooth LE transport and discovery through BlueZ (libbluetooth) for the mesh, re-exported by the umbrella; turns Mesh on.",
+               enabledTraits: ["Mesh"]),
     ],
     targets: [
         // MARK: Core
@@ -219,6 +224,18 @@ let package = Package(
         tests("PeerSyncDNSSDTests", folder: "DNSSD",
               dependencies: ["PeerSyncDNSSD", "PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncCore"]),
 
+        // MARK: BLE
+        // CBlueZ: libbluetooth's headers (HCI, L2CAP). The kernel may lack AF_BLUETOOTH (this
+        // build machine does): the wrapper then fails with one clear error, at run time only.
+        .systemLibrary(name: "CBlueZ", path: "Packages/BLE/Sources/CBlueZ",
+                       providers: [.apt(["libbluetooth-dev"])]),
+        library("PeerSyncBLE", folder: "BLE",
+                dependencies: ["PeerSyncDiscovery", "PeerSyncTransport", "PeerSyncPosix", "PeerSyncCore",
+                               .target(name: "CBlueZ", condition: .when(platforms: [.linux]))]),
+        tests("PeerSyncBLETests", folder: "BLE",
+              dependencies: ["PeerSyncBLE", "PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncTransport",
+                             "PeerSyncTransportTesting", "PeerSyncPosix", "PeerSyncCore"]),
+
         // MARK: Replicator
         library("PeerSyncReplicator", folder: "Replicator",
                 dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
@@ -273,6 +290,7 @@ let package = Package(
                 .target(name: "PeerSyncAuth", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncMesh", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncMeshWiFi", condition: .when(traits: ["Mesh"])),
+                .target(name: "PeerSyncBLE", condition: .when(traits: ["BLE"])),
             ],
             path: "Packages/PeerSync/Sources/PeerSync",
             swiftSettings: swiftSettings
