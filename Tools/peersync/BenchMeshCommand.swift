@@ -10,7 +10,9 @@
 // - hop_s: the median time of a document written at a peer to reach one of its direct
 //   neighbours (5 samples), and single_doc_s: the time of one document written at peer 0 to
 //   reach all others, against the bound hop_s × diameter + 1 s;
-// - peak_rss_mb: this process's VmHWM so far (the peak of the whole run up to this line).
+// - peak_rss_mb: this process's VmHWM so far (the peak of the whole run up to this line);
+// - stored_per_needed: revisions stored by pulls during the convergence per revision a peer
+//   needed (1.00: every document crossed each link it needed once; more: duplicates).
 // `--json` prints one object per run, then one summary per peer count (median, min, max).
 // Each run must finish within --timeout seconds (default 300) or the benchmark fails (exit 1).
 
@@ -41,6 +43,9 @@ enum MeshBenchmark {
         var hopSeconds: Double
         var singleDocumentSeconds: Double
         var peakRSSMB: Double
+        /// Revisions stored by pulls during the convergence, per revision some peer needed
+        /// (1.0: each crossed once; a document offered by two neighbours at once may cross twice).
+        var storedPerNeeded: Double
 
         var boundSeconds: Double { hopSeconds * Double(diameter) + 1 }
     }
@@ -78,7 +83,7 @@ enum MeshBenchmark {
             print(pad("peers", 6, right: true) + pad("docs", 7, right: true) + pad("form s", 8, right: true)
                   + pad("converge s", 11, right: true) + pad("links", 6, right: true) + pad("diam", 5, right: true)
                   + pad("hop s", 7, right: true) + pad("1 doc s", 8, right: true) + pad("bound s", 8, right: true)
-                  + pad("RSS MB", 7, right: true))
+                  + pad("RSS MB", 7, right: true) + pad("stored×", 8, right: true))
         }
         let docsPerPeer = options.docsPerPeer
         for count in options.peerCounts {
@@ -145,6 +150,14 @@ enum MeshBenchmark {
             }
         }
         let total = count * docsPerPeer
+        let stored = LockedValue(0)
+        let tokens = peers.map { peer in
+            peer.replicator.addPeerDocumentReplicationListener { event in
+                guard !event.isPush else { return }
+                let count = event.documents.count { $0.error == nil }
+                stored.withLock { $0 += count }
+            }
+        }
         let convergeSeconds = try await measure {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (index, peer) in peers.enumerated() {
@@ -166,6 +179,8 @@ enum MeshBenchmark {
                 return true
             }
         }
+        for token in tokens { token.remove() }
+        let storedPerNeeded = Double(stored.withLock { $0 }) / Double(max(1, count * (count - 1) * docsPerPeer))
         // Identical, revision for revision.
         let reference = try await revisions(peers[0].database)
         for peer in peers.dropFirst() {
@@ -185,7 +200,8 @@ enum MeshBenchmark {
         let single = try await propagation(of: "single", from: peers[0].database, to: peers.dropFirst().map(\.database))
         return RunResult(peers: count, docs: total, formSeconds: formSeconds, convergeSeconds: convergeSeconds,
                          links: graph.linkCount, diameter: graph.diameter ?? -1, hopSeconds: TransportBenchmark.median(hops),
-                         singleDocumentSeconds: single, peakRSSMB: Double(peakResidentKB(pid: nil) ?? 0) / 1024)
+                         singleDocumentSeconds: single, peakRSSMB: Double(peakResidentKB(pid: nil) ?? 0) / 1024,
+                         storedPerNeeded: storedPerNeeded)
     }
 
     /// Seconds from saving document `id` at `source` until every database of `targets` has it
@@ -266,6 +282,7 @@ enum MeshBenchmark {
             "single_doc_bound_s": .double(rounded(r.boundSeconds)),
             "single_doc_within_bound": .bool(r.singleDocumentSeconds <= r.boundSeconds),
             "peak_rss_mb": .double(rounded(r.peakRSSMB, 10)),
+            "stored_per_needed": .double(rounded(r.storedPerNeeded, 100)),
         ]
         return object.canonicalString
     }
@@ -276,6 +293,7 @@ enum MeshBenchmark {
             + pad(f(r.convergeSeconds), 11, right: true) + pad("\(r.links)", 6, right: true) + pad("\(r.diameter)", 5, right: true)
             + pad(f(r.hopSeconds), 7, right: true) + pad(f(r.singleDocumentSeconds), 8, right: true)
             + pad(f(r.boundSeconds), 8, right: true) + pad(String(format: "%.1f", r.peakRSSMB), 7, right: true)
+            + pad(String(format: "%.2f", r.storedPerNeeded), 8, right: true)
     }
 
     static func stats(_ values: [Double]) -> (median: Double, min: Double, max: Double) {

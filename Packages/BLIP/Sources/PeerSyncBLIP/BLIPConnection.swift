@@ -103,6 +103,9 @@ public actor BLIPConnection {
         /// Nil once the caller gave up (reply timeout, cancellation): the response is still
         /// read (the peer sends it) and dropped.
         var continuation: CheckedContinuation<BLIPMessage, any Error>?
+        /// When the writer framed the request's first frame (nil while it waits in the queue):
+        /// its reply timeout runs from then.
+        var sendingSince: ContinuousClock.Instant?
         var properties: BLIPProperties = [:]
         var flags: BLIPFlags = []
         var type: BLIPMessageType = .response
@@ -149,16 +152,21 @@ public actor BLIPConnection {
     private var inStreams: [UInt64: InStream] = [:]
     private var readerWakeup: CheckedContinuation<Void, Never>?
     private var statistics = BLIPStreamStatistics()
-    /// Reply deadlines of requests sent with a timeout, one FIFO per timeout length (so each
-    /// is in deadline order), checked by one watchdog task per connection.
+    /// Requests sent with a reply timeout, one FIFO per timeout length, checked by one
+    /// watchdog task per connection. Requests start going out in number order, so each FIFO
+    /// is in deadline order (see ``replyDeadline(_:timeout:)``).
     private var deadlines: [Duration: DeadlineQueue] = [:]
     private var watchdog: Task<Void, Never>?
+    /// When the watchdog next wakes.
+    private var watchdogWake: ContinuousClock.Instant?
+    /// When the writer last handed a frame to the channel (or the connection started).
+    private var lastOutboundProgress = ContinuousClock.now
 
     private struct DeadlineQueue {
-        var entries: [(number: UInt64, deadline: ContinuousClock.Instant, what: String)] = []
+        var entries: [(number: UInt64, queuedAt: ContinuousClock.Instant, what: String)] = []
         var head = 0
         var isEmpty: Bool { head == entries.count }
-        var first: (number: UInt64, deadline: ContinuousClock.Instant, what: String)? { isEmpty ? nil : entries[head] }
+        var first: (number: UInt64, queuedAt: ContinuousClock.Instant, what: String)? { isEmpty ? nil : entries[head] }
         mutating func removeFirst() { advanceHead(&entries, &head) }
     }
 
@@ -211,7 +219,11 @@ public actor BLIPConnection {
     }
 
     /// Sends a request and waits for its response at most `timeout`; then throws
-    /// ``PeerSyncError/Code/timeout`` (context `waitingFor`: `what`). Cancelling the calling
+    /// ``PeerSyncError/Code/timeout`` (context `waitingFor`: `what`). The timeout runs from
+    /// when the request starts going out, not from this call: a request waiting in this
+    /// connection's queue behind others (a busy connection, a slow machine) is not the peer's
+    /// silence. While it waits there it times out only if nothing at all goes out for
+    /// `timeout` (the peer stopped reading or acknowledging). Cancelling the calling
     /// task throws `CancellationError` at once. Either way the request stays sent and its
     /// response, if it comes, is dropped; callers usually close the connection after a
     /// timeout. One watchdog per connection checks every deadline: no timer or task per
@@ -249,8 +261,13 @@ public actor BLIPConnection {
     }
 
     private func armDeadline(_ number: UInt64, _ timeout: Duration, _ what: String) {
-        deadlines[timeout, default: DeadlineQueue()].entries.append((number, .now + timeout, what))
-        guard watchdog == nil else { return }
+        let now = ContinuousClock.now
+        deadlines[timeout, default: DeadlineQueue()].entries.append((number, now, what))
+        // A running watchdog that wakes before this request could time out is enough; one that
+        // sleeps longer (a request with a longer timeout armed it) is replaced.
+        if watchdog != nil, let wake = watchdogWake, wake <= now + timeout { return }
+        watchdog?.cancel()
+        watchdogWake = now + timeout
         watchdog = Task { [weak self] in
             while let next = await self?.expireDeadlines() {
                 try? await Task.sleep(until: next, clock: .continuous)
@@ -277,9 +294,20 @@ public actor BLIPConnection {
         }
     }
 
+    /// When a request waiting for its reply times out: `timeout` after its first frame went
+    /// out; while it is still queued, `timeout` after the connection last sent anything (or
+    /// after it was queued, if later).
+    private func replyDeadline(_ entry: (number: UInt64, queuedAt: ContinuousClock.Instant, what: String),
+                               timeout: Duration) -> ContinuousClock.Instant {
+        if let since = pendingResponses[entry.number]?.sendingSince { return since + timeout }
+        return max(entry.queuedAt, lastOutboundProgress) + timeout
+    }
+
     /// Times out the expired requests; returns the next deadline to check, or nil (and ends
     /// the watchdog) when no request waits with one.
     private func expireDeadlines() -> ContinuousClock.Instant? {
+        // A replaced watchdog (see `armDeadline`) stops without touching the current one's state.
+        if Task.isCancelled { return nil }
         let now = ContinuousClock.now
         var next: ContinuousClock.Instant?
         for timeout in Array(deadlines.keys) {
@@ -287,12 +315,13 @@ public actor BLIPConnection {
             while let first = queue.first {
                 if pendingResponses[first.number]?.continuation == nil {
                     queue.removeFirst()  // answered or abandoned
-                } else if first.deadline <= now {
+                } else if case let deadline = replyDeadline(first, timeout: timeout), deadline <= now {
                     queue.removeFirst()
                     abandonResponse(first.number, with: PeerSyncError(.timeout, "no answer from the peer within \(timeout)",
                                                                       context: ["waitingFor": first.what]))
                 } else {
-                    next = min(next ?? first.deadline, first.deadline)
+                    let deadline = replyDeadline(first, timeout: timeout)
+                    next = min(next ?? deadline, deadline)
                     break
                 }
             }
@@ -300,8 +329,10 @@ public actor BLIPConnection {
         }
         if next == nil || closeReason != nil {
             watchdog = nil
+            watchdogWake = nil
             return nil
         }
+        watchdogWake = next
         return next
     }
 
@@ -583,6 +614,7 @@ public actor BLIPConnection {
             if done, let id = m.streamID { outStreams[id] = nil }
             let streamed = m.streamID != nil
             if fromQueue {
+                pendingResponses[m.message.number]?.sendingSince = .now
                 // A begun request joins the round-robin at its end; the next turn starts over.
                 if !done { outgoing.append(m) }
                 roundRobin = 0
@@ -604,6 +636,7 @@ public actor BLIPConnection {
         while let frame = await nextFrame() {
             do {
                 try await channel.sendFrame(frame)
+                lastOutboundProgress = .now
             } catch {
                 await finish(.error(Self.wrap(error, "sending a BLIP frame")), code: 1011, reason: "send failed")
                 return

@@ -292,3 +292,80 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         await client.close()
     }
 }
+
+/// A channel whose sends take `delay` each, or never finish once `stalled` (a peer that stopped
+/// reading): the frames behind wait in the connection's queue.
+final class SlowSendChannel: BLIPFrameChannel, Sendable {
+    let inner: MemoryChannel
+    let delay: Duration
+    let stalled = Mutex(false)
+
+    init(_ inner: MemoryChannel, delay: Duration) {
+        self.inner = inner
+        self.delay = delay
+    }
+
+    func sendFrame(_ frame: [UInt8]) async throws {
+        while stalled.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
+        try await Task.sleep(for: delay)
+        try await inner.sendFrame(frame)
+    }
+
+    func receiveFrame() async throws -> [UInt8]? { try await inner.receiveFrame() }
+    func close(code: Int, reason: String) async {
+        stalled.withLock { $0 = false }
+        await inner.close(code: code, reason: reason)
+    }
+}
+
+@Suite struct ReplyTimeoutTests {
+    /// Under load a request can wait in its own connection's queue longer than the reply
+    /// timeout (the mesh at 64 peers on 2 cores: 800 `rev`s queued per link). That wait is not
+    /// the peer's silence: the timeout runs from when the request starts going out.
+    @Test func aRequestQueuedBehindOthersTimesOutOnlyOnThePeersSilence() async throws {
+        let (a, b) = MemoryChannel.pair()
+        let client = try BLIPConnection(channel: SlowSendChannel(a, delay: .milliseconds(400)))
+        let server = try BLIPConnection(channel: b)
+        await server.setHandler(profile: "echo") { request in BLIPMessage(type: .response, body: request.body) }
+        await client.start()
+        await server.start()
+        // 12 requests × 400 ms per frame: the last starts going out ~4.4 s after it was queued,
+        // far beyond its 2 s timeout; each is answered well within 2 s of going out.
+        try await withThrowingTaskGroup(of: [UInt8].self) { group in
+            for i in 0..<12 {
+                group.addTask {
+                    try await client.sendRequest(.request("echo", body: [UInt8(i)]), timeout: .seconds(2), waitingFor: "echo").body
+                }
+            }
+            var bodies: [[UInt8]] = []
+            for try await body in group { bodies.append(body) }
+            #expect(Set(bodies) == Set((0..<12).map { [UInt8($0)] }))
+        }
+        await client.close()
+    }
+
+    /// A peer that stops reading still ends every wait: the request being written times out from
+    /// when it went out, and one queued behind it once nothing went out for a whole timeout.
+    @Test func aStalledPeerStillTimesOutRequestsStillQueued() async throws {
+        let (a, b) = MemoryChannel.pair()
+        let slow = SlowSendChannel(a, delay: .zero)
+        let client = try BLIPConnection(channel: slow)
+        let server = try BLIPConnection(channel: b)
+        await server.setHandler(profile: "echo") { request in BLIPMessage(type: .response, body: request.body) }
+        await client.start()
+        await server.start()
+        #expect(try await client.sendRequest(.request("echo", body: [1]), timeout: .seconds(30), waitingFor: "echo").body == [1])
+        slow.stalled.withLock { $0 = true }
+        let first = Task { try await client.sendRequest(.request("echo", body: [2]), timeout: .milliseconds(300), waitingFor: "first") }
+        let queued = Task { try await client.sendRequest(.request("echo", body: [3]), timeout: .milliseconds(300), waitingFor: "queued") }
+        for (task, name) in [(first, "first"), (queued, "queued")] {
+            do {
+                _ = try await task.value
+                Issue.record("\(name): expected a timeout")
+            } catch let error as PeerSyncError {
+                #expect(error.code == .timeout && error.context["waitingFor"] == name)
+            }
+        }
+        await client.close()
+    }
+}

@@ -108,6 +108,8 @@ public final class Database: Sendable, CustomStringConvertible {
     let state: LockedValue<OpenState>
     /// State only touched on `writerQueue`.
     private let housekeeping = QueueConfined(Housekeeping())
+    /// The revisions this database's replication sessions are fetching (see ``RevisionsInFlight``).
+    @_spi(Replication) public let revisionsInFlight = RevisionsInFlight()
 
     struct OpenState {
         // The timer (not `Sendable`) is only created, scheduled and cancelled while holding

@@ -51,6 +51,7 @@ extension Puller {
         var notStored = true
         defer { finishRev(sequence, failed: notStored) }
         let (docID, revID) = try Self.ids(of: request)
+        defer { releaseClaim(docID, revID) }
         do { try Self.checkDocumentID(docID) } catch {
             notStored = false
             throw error
@@ -128,6 +129,7 @@ extension Puller {
     /// `HTTP`/507 (disk full) or 500, so the pusher never checkpoints past it.
     func handlePushedRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         let (docID, revID) = try Self.ids(of: request)
+        defer { releaseClaim(docID, revID) }
         try Self.checkDocumentID(docID)
         if readOnly { throw PeerSyncError.reply(.http(403, "Attempting to push to a pull-only replicator")) }
         var incoming = try await readRevision(request, docID: docID, revID: revID)

@@ -176,6 +176,7 @@ actor Puller {
         var answers: [JSONValue] = []
         var behindPeer: [(String, RevisionID)] = []
         var requested = Set<String>()
+        var wanted: [WantedRevision] = []
         var lastSequence: JSONValue = .null
         for entry in entries {
             let (e, docID, revID) = try Self.parse(entry, docIDAt: 1)
@@ -197,8 +198,19 @@ actor Puller {
                 }
                 continue
             }
+            wanted.append(WantedRevision(answer: answers.count, entry: entry, docID: docID, revID: revID))
             answers.append(Self.knownRevisions(revs))
             requested.insert(e[0].canonicalString)
+        }
+        // Offered over another link too and being fetched there: fetched once.
+        for (w, fresh) in try await settleClaims(wanted, docIDAt: 1) {
+            if let fresh, fresh.revision(w.revID) != nil {
+                answers[w.answer] = .int(0)
+                context.setPeerRevision(index, w.docID, w.revID)
+                requested.remove(w.entry.arrayValue?.first?.canonicalString ?? "")
+            } else {
+                answers[w.answer] = Self.knownRevisions(fresh)
+            }
         }
         // Resolve against the peer's current revisions that lie on branches closed here, as
         // if they had just been pulled, so that this side's next push is a fast-forward.
@@ -226,6 +238,7 @@ actor Puller {
     /// `errorCode` (its ``PeerSyncError/Code``).
     func handleNoRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         let props = request.properties
+        if let docID = props["id"], let revID = props["rev"].flatMap({ try? RevisionID($0) }) { releaseClaim(docID, revID) }
         let status = props["error"].flatMap { Int($0) } ?? 404
         if status != 404 {
             let docID = props["id"] ?? "-"
@@ -284,12 +297,71 @@ actor Puller {
         if entries.isEmpty { return BLIPMessage(type: .response, body: Array("[]".utf8)) }
         let trees = try await readTrees(entries, docIDAt: offset)
         var answers: [JSONValue] = []
+        var wanted: [WantedRevision] = []
         for entry in entries {
             let (e, docID, revID) = try Self.parse(entry, docIDAt: offset)
             guard refuseInvalid(docID, &answers) else { continue }
-            answers.append(answer(e, docID, revID, trees[docID]))
+            let a = answer(e, docID, revID, trees[docID])
+            if Self.asksForRevision(a, proposal: offset == 0) {
+                wanted.append(WantedRevision(answer: answers.count, entry: entry, docID: docID, revID: revID))
+            }
+            answers.append(a)
+        }
+        // Offered over another link too and being fetched there: fetched once.
+        for (w, fresh) in try await settleClaims(wanted, docIDAt: offset) {
+            let (e, _, _) = try Self.parse(w.entry, docIDAt: offset)
+            answers[w.answer] = answer(e, w.docID, w.revID, fresh)
         }
         return reply(answers)
+    }
+
+    // MARK: - Revisions offered over several links
+
+    /// An entry of a `changes`/`proposeChanges` batch this side asks for.
+    struct WantedRevision {
+        /// Its index in the batch's answers.
+        let answer: Int
+        let entry: JSONValue
+        let docID: String
+        let revID: RevisionID
+    }
+
+    /// Whether an answer asks for the revision: in a `proposeChanges` reply 0 does; in a
+    /// `changes` reply an array (the revisions known here) does.
+    private static func asksForRevision(_ answer: JSONValue, proposal: Bool) -> Bool {
+        proposal ? answer == .int(0) : answer.arrayValue != nil
+    }
+
+    /// How long a batch's answer waits for revisions that another session of this database is
+    /// fetching (then it reads the database again, and asks for what is still missing).
+    var claimWaitLimit: Duration { min(context.replyTimeout / 4, .seconds(10)) }
+
+    /// Claims `wanted` in the database's ``RevisionsInFlight``. Those another session (another
+    /// link) is fetching are waited for (at most ``claimWaitLimit``), read again and returned
+    /// with their tree now (nil: the document is still unknown) for the caller to answer again;
+    /// those still missing are claimed by this session, which asks for them.
+    private func settleClaims(_ wanted: [WantedRevision], docIDAt offset: Int) async throws -> [(WantedRevision, DocumentRevisions?)] {
+        guard !wanted.isEmpty else { return [] }
+        let inFlight = context.database.revisionsInFlight, owner = ObjectIdentifier(context)
+        let name = collection.collection.fullName
+        let keyed = wanted.map { (RevisionsInFlight.key(collection: name, docID: $0.docID, revID: $0.revID), $0) }
+        let others = inFlight.claim(keyed.map(\.0), owner: owner)
+        guard !others.isEmpty else { return [] }
+        await inFlight.waitForRelease(of: others, timeout: claimWaitLimit)
+        let deferred = keyed.filter { others.contains($0.0) }
+        let trees = try await readTrees(deferred.map(\.1.entry), docIDAt: offset)
+        return deferred.map { key, w in
+            let fresh = trees[w.docID]
+            if fresh?.revision(w.revID) == nil { inFlight.take(key, owner: owner) }
+            return (w, fresh)
+        }
+    }
+
+    /// Releases this session's claim on a revision once it has been handled (stored or not).
+    func releaseClaim(_ docID: String, _ revID: RevisionID) {
+        context.database.revisionsInFlight.release(
+            RevisionsInFlight.key(collection: collection.collection.fullName, docID: docID, revID: revID),
+            owner: ObjectIdentifier(context))
     }
 
     // MARK: - Reading change entries

@@ -1,6 +1,6 @@
 import PeerSyncBLIP
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Replication) import PeerSyncDatabase
 
 /// What a session reports while it runs (all optional; called from the workers' tasks, never
 /// with a worker suspended in the middle of an update).
@@ -266,6 +266,7 @@ final class SessionContext: Sendable {
             return s.stopActions
         }
         for action in actions { await action() }
+        database.revisionsInFlight.releaseAll(owner: ObjectIdentifier(self))
         await blip.close()
     }
 }

@@ -1,0 +1,138 @@
+import PeerSyncCore
+
+/// The revisions the replication sessions of one database have asked their peers for and not
+/// received yet, so that a revision offered by several peers at once (a mesh: each neighbour
+/// forwards what it received) is fetched over one link, not over every link that offers it.
+///
+/// A session *claims* a revision when it answers a `changes`/`proposeChanges` entry asking
+/// for it, and releases the claim once the revision has been handled (stored or not) or the
+/// session ends. Another session offered the same revision meanwhile waits for the release
+/// (bounded by the caller), then looks at the database again: stored → not wanted; not stored
+/// (the first link failed) → it asks for it itself. A claim is never a promise, only a hint:
+/// nothing is ever skipped because of one without the database being read afterwards.
+///
+/// Threading: every method from any task or thread; waiting suspends, never blocks.
+@_spi(Replication)
+public final class RevisionsInFlight: Sendable {
+    /// Identifies a claimant (a session).
+    public typealias Owner = ObjectIdentifier
+
+    private struct Claim {
+        var owner: Owner
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    private struct State {
+        var claims: [String: Claim] = [:]
+        var nextWaiter = 0
+        /// Waiters between ``waitForRelease(of:timeout:)``'s start and end, and those of them
+        /// whose timeout fired before they were registered.
+        var pending: Set<Int> = []
+        var expired: Set<Int> = []
+    }
+
+    private let state = LockedValue(State())
+
+    public init() {}
+
+    /// The key of one revision of one document of one collection.
+    public static func key(collection: String, docID: String, revID: RevisionID) -> String {
+        "\(collection)\u{0}\(docID)\u{0}\(revID)"
+    }
+
+    /// Claims each of `keys` that nobody (else) has claimed; returns the keys claimed by
+    /// another owner (to wait for with ``waitForRelease(of:timeout:)``).
+    public func claim(_ keys: [String], owner: Owner) -> Set<String> {
+        state.withLock { s in
+            var others = Set<String>()
+            for key in keys {
+                if let claim = s.claims[key] {
+                    if claim.owner != owner { others.insert(key) }
+                } else {
+                    s.claims[key] = Claim(owner: owner)
+                }
+            }
+            return others
+        }
+    }
+
+    /// Claims `key` for `owner` even if another owner holds it (the caller fetches it anyway);
+    /// whoever waited for the old claim now waits for this one.
+    public func take(_ key: String, owner: Owner) {
+        state.withLock { s in
+            s.claims[key] = Claim(owner: owner, waiters: s.claims[key]?.waiters ?? [:])
+        }
+    }
+
+    /// Releases `key` if `owner` holds it, waking whoever waits for it.
+    public func release(_ key: String, owner: Owner) {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            guard let claim = s.claims[key], claim.owner == owner else { return [] }
+            s.claims[key] = nil
+            return Array(claim.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Releases every claim of `owner` (its session ended).
+    public func releaseAll(owner: Owner) {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            var woken: [CheckedContinuation<Void, Never>] = []
+            for (key, claim) in s.claims where claim.owner == owner {
+                woken += claim.waiters.values
+                s.claims[key] = nil
+            }
+            return woken
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// How many revisions are claimed (for tests).
+    public var count: Int { state.withLock { $0.claims.count } }
+
+    /// Suspends until every one of `keys` is released, or `timeout` passes (then returns
+    /// anyway: the caller reads the database and decides). Not cancellable beyond `timeout`.
+    public func waitForRelease(of keys: Set<String>, timeout: Duration) async {
+        let deadline = ContinuousClock.now + timeout
+        for key in keys {
+            let remaining = deadline - .now
+            guard remaining > .zero else { return }
+            await waitForRelease(of: key, timeout: remaining)
+        }
+    }
+
+    private func waitForRelease(of key: String, timeout: Duration) async {
+        let id = state.withLock { s -> Int in
+            defer { s.nextWaiter += 1 }
+            s.pending.insert(s.nextWaiter)
+            return s.nextWaiter
+        }
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.wake(key, waiter: id)
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let waiting = state.withLock { s -> Bool in
+                guard s.claims[key] != nil, s.expired.remove(id) == nil else { return false }
+                s.claims[key]?.waiters[id] = continuation
+                return true
+            }
+            if !waiting { continuation.resume() }
+        }
+        timer.cancel()
+        state.withLock { s in
+            s.pending.remove(id)
+            s.expired.remove(id)
+        }
+    }
+
+    /// The timeout of waiter `id`: resumes it, or marks it expired if it is not registered yet.
+    private func wake(_ key: String, waiter id: Int) {
+        let continuation = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if let continuation = s.claims[key]?.waiters.removeValue(forKey: id) { return continuation }
+            if s.pending.contains(id) { s.expired.insert(id) }
+            return nil
+        }
+        continuation?.resume()
+    }
+}

@@ -1,0 +1,44 @@
+import PeerSyncCore
+@_spi(Replication) import PeerSyncDatabase
+import Testing
+
+@Suite("Revisions in flight", .timeLimit(.minutes(1)))
+struct RevisionsInFlightTests {
+    final class Owner: Sendable {}
+
+    @Test("a revision claimed by one session is reported to the others, not to itself")
+    func claims() throws {
+        let registry = RevisionsInFlight()
+        let a = Owner(), b = Owner()
+        let x = RevisionsInFlight.key(collection: "_default._default", docID: "x", revID: try RevisionID("1-aa"))
+        let y = RevisionsInFlight.key(collection: "_default._default", docID: "y", revID: try RevisionID("1-bb"))
+        #expect(registry.claim([x], owner: ObjectIdentifier(a)).isEmpty)
+        #expect(registry.claim([x], owner: ObjectIdentifier(a)).isEmpty)
+        #expect(registry.claim([x, y], owner: ObjectIdentifier(b)) == [x])
+        #expect(registry.count == 2)
+        registry.release(x, owner: ObjectIdentifier(b))  // not b's: stays
+        #expect(registry.claim([x], owner: ObjectIdentifier(b)) == [x])
+        registry.releaseAll(owner: ObjectIdentifier(a))
+        #expect(registry.claim([x], owner: ObjectIdentifier(b)).isEmpty)
+        registry.releaseAll(owner: ObjectIdentifier(b))
+        #expect(registry.count == 0)
+    }
+
+    @Test("a waiter wakes on the release, or when its time is up if nobody releases")
+    func waiting() async throws {
+        let registry = RevisionsInFlight()
+        let a = Owner()
+        let x = RevisionsInFlight.key(collection: "c", docID: "x", revID: try RevisionID("1-aa"))
+        _ = registry.claim([x], owner: ObjectIdentifier(a))
+        let released = Task { await registry.waitForRelease(of: [x], timeout: .seconds(600)) }
+        try await Task.sleep(for: .milliseconds(50))
+        registry.release(x, owner: ObjectIdentifier(a))
+        await released.value  // would hang for 10 minutes (the suite's limit fails it first) without the wake-up
+        _ = registry.claim([x], owner: ObjectIdentifier(a))
+        let start = ContinuousClock.now
+        await registry.waitForRelease(of: [x], timeout: .milliseconds(100))
+        #expect(ContinuousClock.now - start >= .milliseconds(100))
+        // Nothing claimed: no wait at all.
+        await registry.waitForRelease(of: ["unclaimed"], timeout: .seconds(600))
+    }
+}
