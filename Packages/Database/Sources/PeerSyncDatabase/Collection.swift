@@ -330,10 +330,12 @@ extension Collection {
     public func closeConflict(docID: String, winningRevisionID: RevisionID, losingRevisionID: RevisionID?,
                               mergedBody: [String: JSONValue]? = nil, mergedDeleted: Bool = false) async throws -> RevisionID {
         let engine = self.engine
-        return try await database.write { writer in
+        let closed = try await database.write { writer in
             try engine.closeConflict(id: docID, winning: winningRevisionID, losing: losingRevisionID,
                                      mergedBody: mergedBody, mergedDeleted: mergedDeleted, writer)
         }
+        database.closedConflicts.withLock { $0 += 1 }
+        return closed
     }
 
     /// A local (non-replicated) document of this collection (e.g. a checkpoint), or nil.

@@ -110,6 +110,11 @@ public final class Database: Sendable, CustomStringConvertible {
     private let housekeeping = QueueConfined(Housekeeping())
     /// The revisions this database's replication sessions are fetching (see ``RevisionsInFlight``).
     @_spi(Replication) public let revisionsInFlight = RevisionsInFlight()
+    let closedConflicts = LockedValue(0)
+    /// How many conflicts this `Database` object has closed (``Collection/closeConflict(docID:winningRevisionID:losingRevisionID:mergedBody:mergedDeleted:)``)
+    /// since it was opened. The mesh compares a link again from scratch only after this grew
+    /// (two peers can end a burst of concurrent edits with one conflict resolved two ways).
+    @_spi(Replication) public var closedConflictCount: Int { closedConflicts.withLock { $0 } }
 
     struct OpenState {
         // The timer (not `Sendable`) is only created, scheduled and cancelled while holding
