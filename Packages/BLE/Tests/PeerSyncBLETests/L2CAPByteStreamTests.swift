@@ -15,7 +15,7 @@ import Testing
 
     static func pattern(_ count: Int) -> [UInt8] { (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) } }
 
-    @Test func defaultFragmentSizeLeavesRoomForTheSDULength() throws {
+    @Test func defaultFragmentSizeLeavesRoomForTheSDULength() async throws {
         #expect(L2CAPByteStream.defaultFragmentSize(forMTU: 247) == 245)
         #expect(L2CAPByteStream.defaultFragmentSize(forMTU: 2) == 1)
         let (socket, other) = try SeqPacketSocket.pair()

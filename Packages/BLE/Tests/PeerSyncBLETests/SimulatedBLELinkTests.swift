@@ -46,8 +46,13 @@ import Testing
         let (atPeripheral, atCentral) = await (fromCentral, fromPeripheral)
         #expect(!atPeripheral.failed && !atCentral.failed)
         #expect(atPeripheral.packets == 300 && atCentral.packets == 300)
-        #expect(atPeripheral.bytes == (0..<300).flatMap { [UInt8](repeating: UInt8($0 % 251), count: 1 + $0 % 247) })
-        #expect(atCentral.bytes == (0..<300).flatMap { [UInt8($0 % 256), UInt8($0 / 256)] })
+        var sentByCentral: [UInt8] = [], sentByPeripheral: [UInt8] = []
+        for i in 0..<300 {
+            sentByCentral += [UInt8](repeating: UInt8(i % 251), count: 1 + i % 247)
+            sentByPeripheral += [UInt8(i % 256), UInt8(i / 256)]
+        }
+        #expect(atPeripheral.bytes == sentByCentral)
+        #expect(atCentral.bytes == sentByPeripheral)
         await link.waitUntilEnded()
         let statistics = link.statistics
         #expect(statistics.packetsToPeripheral == 300 && statistics.packetsToCentral == 300)
@@ -77,7 +82,7 @@ import Testing
             while total < 30_000, let packet = try await peripheral.receive(maxBytes: 4096) { total += packet.count }
             return total
         }()
-        for _ in 0..<120 { try await central.send([UInt8](repeating: 7, count: 250)) }
+        for _ in 0..<125 { try await central.send([UInt8](repeating: 7, count: 240)) }
         #expect(try await received == 30_000)
         #expect(clock.now - start >= .milliseconds(500 + 40))
     }
