@@ -303,7 +303,8 @@ let package = Package(
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
                 "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncWebSocketReplication",
-                "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncDiscovery",
+                "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncDiscovery", "PeerSyncBLIP",
+                .target(name: "PeerSyncBLE", condition: .when(traits: ["BLE"])),
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),

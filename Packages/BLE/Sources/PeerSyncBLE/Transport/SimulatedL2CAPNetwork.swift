@@ -20,7 +20,7 @@ public final class SimulatedL2CAPNetwork: Sendable {
         var conditions: BLELinkConditions
         /// Listeners by device address, then PSM.
         var listeners: [String: [UInt16: SimulatedL2CAPListener]] = [:]
-        /// The links made so far that have not been reaped.
+        /// Every link made so far, in order.
         var links: [SimulatedBLELink] = []
     }
 
@@ -38,17 +38,14 @@ public final class SimulatedL2CAPNetwork: Sendable {
         SimulatedL2CAPConnector(network: self, localAddress: address)
     }
 
-    /// The links made so far that are still up.
+    /// Every link made so far, in order, ended ones included (their statistics stay readable).
     public var links: [SimulatedBLELink] {
-        state.withLock { s in
-            s.links.removeAll { $0.hasEnded }
-            return s.links
-        }
+        state.withLock { $0.links }
     }
 
     /// Loses every link that is up (``SimulatedBLELink/cut(reason:)``), as when the radio goes away.
     public func cutAllLinks(reason: String = "every link of the simulated network was cut") {
-        for link in links { link.cut(reason: reason) }
+        for link in links where !link.hasEnded { link.cut(reason: reason) }
     }
 
     // MARK: For the connector and listener
@@ -68,10 +65,7 @@ public final class SimulatedL2CAPNetwork: Sendable {
             throw PeerSyncError(.connectionRefused, "the simulated BLE device's listener is closed or its backlog is full",
                                 context: ["address": address, "psm": "\(psm)"])
         }
-        state.withLock { s in
-            s.links.removeAll { $0.hasEnded }
-            s.links.append(link)
-        }
+        state.withLock { $0.links.append(link) }
         return L2CAPChannel(socket: central, sendMTU: conditions.mtu, receiveMTU: conditions.mtu,
                             remoteAddress: address, psm: psm)
     }
