@@ -11,7 +11,7 @@ import Testing
 
 /// Replication over BLETransport on the BLE-shaped simulated link (247-byte MTU, 1.2 Mbit/s,
 /// 30 ms each way): TLS, WebSocket framing and BLIP exactly as on Wi-Fi.
-@Suite(.serialized, .timeLimit(.minutes(5))) struct BLESyncTests {
+@Suite(.serialized, .timeLimit(.minutes(5 * TestTiming.slowFactor))) struct BLESyncTests {
     /// A database in a temporary folder (in-memory storage).
     final class Peer: Sendable {
         let directory: String
@@ -140,6 +140,27 @@ import Testing
         network.conditions = .bluetoothLE
         let resumed = try await Self.replicate(active, to: listener.endpoint, network: network, maxAttempts: 1)
         #expect(resumed.error == nil)
+        let (a, p) = (try await active.snapshot(), try await passive.snapshot())
+        #expect(a.count == 300)
+        #expect(a == p)
+        await listener.close()
+        await serving.value
+        await active.close()
+        await passive.close()
+    }
+
+    /// Every link is lost after 40 kB: the replicator's own retries open new links, each one
+    /// gets further, and the push completes with nothing lost.
+    @Test func retriesCarryASyncAcrossRepeatedLosses() async throws {
+        let network = SimulatedL2CAPNetwork(conditions: BLELinkConditions(lossAfterBytes: 40_000))
+        let active = try await Peer("active"), passive = try await Peer("passive")
+        try await active.save(300, prefix: "a", size: 400)
+        let (listener, serving) = try await Self.serve(passive, on: network, address: "AA:00:00:00:00:04")
+        let status = try await Self.replicate(active, to: listener.endpoint, network: network, maxAttempts: 0)
+        #expect(status.error == nil)
+        let links = network.links
+        #expect(links.count > 1)
+        #expect(links.dropLast().allSatisfy { $0.statistics.lossReason != nil })
         let (a, p) = (try await active.snapshot(), try await passive.snapshot())
         #expect(a.count == 300)
         #expect(a == p)

@@ -6,7 +6,7 @@ import PeerSyncTransportTesting
 import Testing
 
 /// The shaped seqpacket link: what it carries, how it shapes it, and how it ends.
-@Suite(.timeLimit(.minutes(2))) struct SimulatedBLELinkTests {
+@Suite(.timeLimit(.minutes(2 * TestTiming.slowFactor))) struct SimulatedBLELinkTests {
     /// A fast link for tests that are not about timing.
     static let fast = BLELinkConditions(bitsPerSecond: 400_000_000, latency: .milliseconds(1))
 
