@@ -97,6 +97,19 @@ import Testing
         return replicator.status
     }
 
+    /// Expects both databases to hold the same `count` documents (IDs, revisions, bodies), then
+    /// stops serving and closes them.
+    static func expectIdenticalThenClose(_ active: Peer, _ passive: Peer, count: Int,
+                                         listener: BLEListener, serving: Task<Void, Never>) async throws {
+        let (a, p) = (try await active.snapshot(), try await passive.snapshot())
+        #expect(a.count == count)
+        #expect(a == p)
+        await listener.close()
+        await serving.value
+        await active.close()
+        await passive.close()
+    }
+
     @Test func aFullSyncConverges() async throws {
         let network = SimulatedL2CAPNetwork(conditions: .bluetoothLE)
         let active = try await Peer("active"), passive = try await Peer("passive")
@@ -106,17 +119,11 @@ import Testing
         let status = try await Self.replicate(active, to: listener.endpoint, network: network, maxAttempts: 1)
         #expect(status.error == nil)
         #expect(status.activity == .stopped)
-        let (a, p) = (try await active.snapshot(), try await passive.snapshot())
-        #expect(a.count == 360)
-        #expect(a == p)
-        // It all went over the shaped link, in 245-byte packets.
+        // It all went over the one shaped link, in 245-byte packets.
         let links = network.links
         #expect(links.count == 1)
         #expect(links.allSatisfy { $0.statistics.oversizedPackets == 0 && $0.statistics.payloadBytes > 144_000 })
-        await listener.close()
-        await serving.value
-        await active.close()
-        await passive.close()
+        try await Self.expectIdenticalThenClose(active, passive, count: 360, listener: listener, serving: serving)
     }
 
     /// The link is lost mid-push: the replicator (no retry) stops with the error; a new
@@ -140,13 +147,7 @@ import Testing
         network.conditions = .bluetoothLE
         let resumed = try await Self.replicate(active, to: listener.endpoint, network: network, maxAttempts: 1)
         #expect(resumed.error == nil)
-        let (a, p) = (try await active.snapshot(), try await passive.snapshot())
-        #expect(a.count == 300)
-        #expect(a == p)
-        await listener.close()
-        await serving.value
-        await active.close()
-        await passive.close()
+        try await Self.expectIdenticalThenClose(active, passive, count: 300, listener: listener, serving: serving)
     }
 
     /// Every link is lost after 40 kB: the replicator's own retries open new links, each one
@@ -161,12 +162,6 @@ import Testing
         let links = network.links
         #expect(links.count > 1)
         #expect(links.dropLast().allSatisfy { $0.statistics.lossReason != nil })
-        let (a, p) = (try await active.snapshot(), try await passive.snapshot())
-        #expect(a.count == 300)
-        #expect(a == p)
-        await listener.close()
-        await serving.value
-        await active.close()
-        await passive.close()
+        try await Self.expectIdenticalThenClose(active, passive, count: 300, listener: listener, serving: serving)
     }
 }
