@@ -28,7 +28,7 @@
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
 // | Packages/Mesh      | PeerSyncMesh              | Replicator, Discovery, Auth| —                  |
 // |                    | PeerSyncMeshWiFi          | Mesh, DNSSD, WebSocket     | —                  |
-// | Packages/BLE       | PeerSyncBLE               | Discovery, Transport, Posix| CBlueZ (bluetooth) |
+// | Packages/BLE       | PeerSyncBLE               | WebSocket, Discovery       | CBlueZ (bluetooth) |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
@@ -231,10 +231,13 @@ let package = Package(
                        providers: [.apt(["libbluetooth-dev"])]),
         library("PeerSyncBLE", folder: "BLE",
                 dependencies: ["PeerSyncDiscovery", "PeerSyncTransport", "PeerSyncPosix", "PeerSyncCore",
+                               "PeerSyncAuth", "PeerSyncWebSocket",
                                .target(name: "CBlueZ", condition: .when(platforms: [.linux]))]),
         tests("PeerSyncBLETests", folder: "BLE",
               dependencies: ["PeerSyncBLE", "PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncTransport",
-                             "PeerSyncTransportTesting", "PeerSyncPosix", "PeerSyncCore"]),
+                             "PeerSyncTransportTesting", "PeerSyncPosix", "PeerSyncCore",
+                             "PeerSyncAuth", "PeerSyncWebSocket", "PeerSyncReplicator", "PeerSyncDatabase",
+                             "PeerSyncStorage", "PeerSyncBLIP"]),
 
         // MARK: Replicator
         library("PeerSyncReplicator", folder: "Replicator",
@@ -300,7 +303,8 @@ let package = Package(
             dependencies: [
                 "PeerSync", "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncAuth",
                 "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncWebSocketReplication",
-                "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncDiscovery",
+                "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncDiscovery", "PeerSyncBLIP",
+                .target(name: "PeerSyncBLE", condition: .when(traits: ["BLE"])),
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),

@@ -28,7 +28,7 @@ enum BenchCommand {
         }
     }
 
-    /// `peersync bench transport [--json] [--transports loopback,ws,wss] [--sizes 1024,65536]
+    /// `peersync bench transport [--json] [--transports loopback,ws,wss,ble] [--sizes 1024,65536]
     /// [--total-mb 100] [--repeat 3] [--idle 1000]`
     static func runTransport(_ args: [String]) async throws -> Int32 {
         let parsed = try Arguments(args, valueOptions: ["transports", "sizes", "total-mb", "repeat", "idle"],
@@ -38,8 +38,9 @@ enum BenchCommand {
         options.json = parsed.flag("json")
         if let list = parsed.value("transports") {
             let names = list.split(separator: ",").map(String.init)
-            guard !names.isEmpty, names.allSatisfy({ ["loopback", "ws", "wss"].contains($0) }) else {
-                throw UsageError("--transports takes a list of loopback, ws, wss")
+            let available = TransportBenchmark.availableTransports
+            guard !names.isEmpty, names.allSatisfy({ available.contains($0) }) else {
+                throw UsageError("--transports takes a list of \(available.joined(separator: ", "))")
             }
             options.transports = names
         }

@@ -5,7 +5,9 @@
 //   (PeerSyncLoopback), ws:// and wss://, each next to a raw TCP baseline moving the same
 //   bytes in the same chunk size (two blocking sockets on two dedicated threads);
 // - round-trip latency (p50/p99) of 1 KiB messages, same transports, same baseline;
-// - memory and thread count with 1,000 idle ws:// connections (both ends in this process).
+// - memory and thread count with 1,000 idle ws:// connections (both ends in this process);
+// - with the BLE trait, `ble_sim`: the goodput of a 1 MiB replication over the simulated
+//   Bluetooth LE link (see BLESimulationBenchmark).
 // `--json` prints one JSON object per line. MB means MiB (2^20 bytes) everywhere.
 
 #if canImport(Glibc)
@@ -18,6 +20,13 @@ import PeerSyncLoopback
 import PeerSyncPosix
 import PeerSyncTransport
 import PeerSyncWebSocket
+#if BLE
+import PeerSyncBLE
+import PeerSyncBLIP
+import PeerSyncDatabase
+import PeerSyncReplicator
+import PeerSyncStorage
+#endif
 
 enum TransportBenchmark {
     static let totalBytes = 100 << 20
@@ -25,7 +34,8 @@ enum TransportBenchmark {
 
     struct Options {
         var json = false
-        var transports = ["loopback", "ws", "wss"]
+        /// `ble` (with the BLE trait) adds the `ble_sim` line instead of throughput/latency lines.
+        var transports = TransportBenchmark.availableTransports
         var sizes = [1024, 65536]
         var idleConnections = 1000
         var totalBytes = TransportBenchmark.totalBytes
@@ -39,7 +49,29 @@ enum TransportBenchmark {
         try await run(options)
     }
 
+    /// Every transport name `--transports` accepts.
+    static var availableTransports: [String] {
+        #if BLE
+        ["loopback", "ws", "wss", "ble"]
+        #else
+        ["loopback", "ws", "wss"]
+        #endif
+    }
+
     static func run(_ options: Options) async throws {
+        var options = options
+        let simulateBLE = options.transports.contains("ble")
+        options.transports.removeAll { $0 == "ble" }
+        try await runMessageTransports(options)
+        #if BLE
+        if simulateBLE { try await BLESimulationBenchmark.run(repeatCount: options.repeatCount, output: Output(json: options.json)) }
+        #else
+        if simulateBLE { throw PeerSyncError(.invalidArgument, "this build has no BLE transport (build with the BLE trait)") }
+        #endif
+    }
+
+    /// The throughput, latency and idle-connection figures of `options.transports`.
+    static func runMessageTransports(_ options: Options) async throws {
         let identity = try TLSIdentity.createIdentity(for: [.serverAuth], attributes: [certAttrCommonName: "bench", certAttrIPAddress: "127.0.0.1"])
         let output = Output(json: options.json)
         for size in options.sizes {
@@ -419,3 +451,171 @@ enum RawTCP {
         return (client, server)
     }
 }
+
+#if BLE
+
+/// `ble_sim`: goodput of a real replication over the simulated Bluetooth LE link.
+///
+/// An active peer pushes 1 MiB of documents (1,024 bodies of exactly 1,024 bytes of canonical
+/// JSON, random letters so BLIP's compression gains little) to a passive peer over
+/// ``BLETransport`` — TLS, WebSocket framing and BLIP over 245-byte packets through the shaped
+/// `AF_UNIX` seqpacket relay (``BLELinkConditions/bluetoothLE``: 247-byte MTU, 1.2 Mbit/s,
+/// 30 ms each way). The time runs from `start()` to the replicator's stop, so it includes the
+/// L2CAP connect, the TLS handshake and the final checkpoint. Goodput = document bytes × 8 /
+/// time; `ratio` = goodput / link rate (the goal: ≥ 0.7); `link_bytes` = payload bytes
+/// the link carried both ways (every header, handshake and reply included — below `bytes`
+/// when compression gains more than the protocol costs), `link_busy` the share of the time the
+/// busier direction was carrying bytes. In-memory storage on both sides.
+///
+/// BLIP compresses revisions, so even random letters shrink (to ~0.9 of their size with the
+/// protocol's own bytes added): the replication line's `ratio` is a little flattered by it. The
+/// second line (`"workload":"messages"`) has nothing to compress: 1 MiB in 16 KiB binary
+/// WebSocket messages over the same TLS channel — the stack's cost without the replicator.
+enum BLESimulationBenchmark {
+    static let documentCount = 1024
+    static let bodyBytes = 1024
+
+    struct Run {
+        var seconds: Double
+        /// Payload bytes the link carried, both directions.
+        var linkBytes: Int
+        /// Payload bytes of the busier direction (the one the rate limits).
+        var busiestDirectionBytes: Int
+
+        init(seconds: Double, links: [SimulatedBLELink]) {
+            self.seconds = seconds
+            let statistics = links.map(\.statistics)
+            linkBytes = statistics.reduce(0) { $0 + $1.payloadBytes }
+            busiestDirectionBytes = max(statistics.reduce(0) { $0 + $1.bytesToPeripheral },
+                                        statistics.reduce(0) { $0 + $1.bytesToCentral })
+        }
+    }
+
+    static func run(repeatCount: Int, output: TransportBenchmark.Output) async throws {
+        let identity = try TLSIdentity.createIdentity(for: [.serverAuth, .clientAuth], attributes: [certAttrCommonName: "bench-ble"])
+        let conditions = BLELinkConditions.bluetoothLE
+        let bodies = makeBodies()
+        let bytes = bodies.reduce(0) { $0 + JSONValue.object($1).canonicalString.utf8.count }
+        var replications: [Run] = []
+        var transfers: [Run] = []
+        for _ in 0..<repeatCount {
+            replications.append(try await replicateOnce(bodies: bodies, conditions: conditions, identity: identity))
+            transfers.append(try await sendMessagesOnce(totalBytes: bytes, conditions: conditions, identity: identity))
+        }
+        emit(replications, workload: "replication", bytes: bytes, conditions: conditions, output: output)
+        emit(transfers, workload: "messages", bytes: bytes, conditions: conditions, output: output)
+    }
+
+    /// One line: the median goodput of `runs` with its min and max.
+    static func emit(_ runs: [Run], workload: String, bytes: Int, conditions: BLELinkConditions,
+                     output: TransportBenchmark.Output) {
+        let linkKbps = Double(conditions.bitsPerSecond) / 1000
+        let goodputs = runs.map { Double(bytes) * 8 / 1000 / $0.seconds }.sorted()
+        let median = TransportBenchmark.median(goodputs)
+        let middle = runs.sorted { $0.seconds < $1.seconds }[runs.count / 2]
+        output.emit([
+            ("benchmark", .string("ble_sim")), ("link_kbps", .double(linkKbps)), ("bytes", .int(bytes)),
+            ("goodput_kbps", .double(median)), ("ratio", .double(median / linkKbps)),
+            ("goodput_kbps_min", .double(goodputs.first ?? 0)), ("goodput_kbps_max", .double(goodputs.last ?? 0)),
+            ("statistic", .string("median")), ("runs", .int(runs.count)), ("workload", .string(workload)),
+            ("link_bytes", .int(middle.linkBytes)),
+            ("link_busy", .double(Double(middle.busiestDirectionBytes) * 8 / Double(conditions.bitsPerSecond) / middle.seconds)),
+            ("mtu", .int(conditions.mtu)), ("latency_ms", .int(Int(conditions.latency.seconds * 1000))),
+        ])
+    }
+
+    /// 1 MiB in 16 KiB binary messages over a fresh TLS BLE connection, timed from the connect.
+    static func sendMessagesOnce(totalBytes: Int, conditions: BLELinkConditions, identity: TLSIdentity) async throws -> Run {
+        let network = SimulatedL2CAPNetwork(conditions: conditions)
+        var listenOptions = BLEListenOptions()
+        listenOptions.tls = .server(identity: identity)
+        var connectOptions = BLEConnectOptions()
+        connectOptions.tls = .client(serverName: nil, serverTrust: .pinned(identity.certificate))
+        let listener = try await BLETransport(connector: network.connector(address: "AA:00:00:00:00:02"))
+            .listenBLE(on: Endpoint(scheme: "l2cap", host: "AA:00:00:00:00:02", port: 0), options: listenOptions)
+        let start = ContinuousClock.now
+        async let accepted = listener.accept()
+        let client = try await BLETransport(connector: network.connector(address: "AA:00:00:00:00:01"))
+            .connect(to: listener.endpoint, options: connectOptions)
+        guard let server = try await accepted else { throw PeerSyncError(.internalError, "the BLE listener closed") }
+        let pair = TransportBenchmark.Pair(client: client, server: server) {
+            await client.close()
+            await server.close()
+            await listener.close()
+        }
+        _ = try await TransportBenchmark.throughput(pair, messageBytes: 16 << 10, totalBytes: totalBytes)
+        let seconds = (ContinuousClock.now - start).seconds
+        await pair.cleanup()
+        return Run(seconds: seconds, links: network.links)
+    }
+
+    /// `documentCount` bodies of exactly `bodyBytes` bytes of canonical JSON, random letters.
+    static func makeBodies() -> [[String: JSONValue]] {
+        var random = SplitMix64(seed: 0xB1E)
+        let letters = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789".utf8)
+        return (0..<documentCount).map { i in
+            let frame = JSONValue.object(["i": .int(Int64(i)), "text": .string("")]).canonicalString.utf8.count
+            let text = (0..<(bodyBytes - frame)).map { _ in letters[Int(random.next() % UInt64(letters.count))] }
+            return ["i": .int(Int64(i)), "text": .string(String(decoding: text, as: UTF8.self))]
+        }
+    }
+
+    /// One push of `bodies` over a fresh simulated link; the time and the link's payload bytes.
+    static func replicateOnce(bodies: [[String: JSONValue]], conditions: BLELinkConditions,
+                              identity: TLSIdentity) async throws -> Run {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-bench-ble-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let config = DatabaseConfiguration(directory: root, backend: MemoryStorageBackend(), durable: false)
+        let active = try await Database(name: "active", config: config)
+        let passive = try await Database(name: "passive", config: config)
+        defer { MemoryStorageBackend().removeStore(in: root) }
+        let activeDocuments = try active.defaultCollection(), passiveDocuments = try passive.defaultCollection()
+        for (i, body) in bodies.enumerated() {
+            var document = MutableDocument(id: "doc-\(i)")
+            document.setData(body)
+            try await activeDocuments.save(document: &document)
+        }
+
+        let network = SimulatedL2CAPNetwork(conditions: conditions)
+        var listenOptions = BLEListenOptions()
+        listenOptions.tls = .server(identity: identity)
+        let listener = try await BLETransport(connector: network.connector(address: "AA:00:00:00:00:02"))
+            .listenBLE(on: Endpoint(scheme: "l2cap", host: "AA:00:00:00:00:02", port: 0), options: listenOptions)
+        let serving = Task {
+            await withTaskGroup(of: Void.self) { group in
+                while let connection = try? await listener.accept() {
+                    guard let blip = try? BLIPConnection(connection: connection) else { continue }
+                    let session = PassiveReplicationSession(connection: blip, database: passive, collections: [passiveDocuments])
+                    group.addTask { await session.run() }
+                }
+            }
+        }
+        var connectOptions = BLEConnectOptions()
+        connectOptions.tls = .client(serverName: nil, serverTrust: .pinned(identity.certificate))
+        let transport = BLETransport(connector: network.connector(address: "AA:00:00:00:00:01"))
+        let endpoint = listener.endpoint
+        var replication = ReplicatorConfiguration(target: endpoint)
+        replication.replicatorType = .push
+        replication.maxAttempts = 1
+        replication.addCollections([activeDocuments])
+        let options = connectOptions
+        let replicator = try Replicator(config: replication, connector: { _ in
+            try await transport.connect(to: endpoint, options: options)
+        })
+        let start = ContinuousClock.now
+        replicator.start()
+        await replicator.waitUntilStopped()
+        let seconds = (ContinuousClock.now - start).seconds
+        if let error = replicator.status.error { throw error }
+        let copied = try await passiveDocuments.count
+        guard copied == bodies.count else {
+            throw PeerSyncError(.internalError, "the BLE benchmark replicated \(copied) of \(bodies.count) documents")
+        }
+        await listener.close()
+        await serving.value
+        try await active.close()
+        try await passive.close()
+        return Run(seconds: seconds, links: network.links)
+    }
+}
+#endif
