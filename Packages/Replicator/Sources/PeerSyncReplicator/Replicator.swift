@@ -18,7 +18,7 @@ public enum ReplicatorType: Sendable, Hashable {
 public typealias ReplicatorConnector = @Sendable (ReplicatorConfiguration) async throws -> any MessageConnection
 
 /// Replicator settings (Couchbase Lite's `ReplicatorConfiguration`), with its defaults (the
-/// `default…` constants, Couchbase Lite's names; see `ReplicatorConfiguration+Defaults.swift`).
+/// `default…` constants, with Couchbase Lite's names and values, e.g. ``defaultHeartbeat``).
 /// A value type: a replicator keeps the copy it was created with.
 public struct ReplicatorConfiguration: Sendable {
     /// The peer to replicate with, e.g. `wss://host:4984/db`.
