@@ -188,7 +188,9 @@ public struct ReplicatorRetry: Sendable, Hashable {
 
 /// A status change.
 public struct ReplicatorChange: Sendable {
+    /// The replicator whose status changed.
     public let replicator: Replicator
+    /// Its new status.
     public let status: ReplicatorStatus
 }
 
@@ -222,6 +224,8 @@ public final class ReplicatorListenerToken: Sendable {
 /// replicator over a link that keeps breaking completes as long as each connection gets
 /// going. A peer that accepts connections but never answers does not reset the count.
 public final class Replicator: Sendable {
+    /// The configuration the replicator runs with: the one it was created with, a zero
+    /// `heartbeat` or `maxAttemptWaitTime` replaced by its default.
     public let config: ReplicatorConfiguration
     private let connector: ReplicatorConnector
 

@@ -43,6 +43,8 @@ public struct WebSocketReplicatorConnector: Sendable {
     /// The subprotocols offered, in order of preference.
     public static let subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2"]
 
+    /// A connector verifying servers against `trustedRootCertificates` (nil: the system CA
+    /// roots) when the configuration sets no pin and no self-signed-only policy.
     public init(trustedRootCertificates: [Certificate]? = nil) {
         self.trustedRootCertificates = trustedRootCertificates
     }
