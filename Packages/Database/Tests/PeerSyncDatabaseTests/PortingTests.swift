@@ -105,3 +105,23 @@ import Testing
         }
     }
 }
+
+/// `JSONValue` as a property of a `Codable` model: free-form JSON inside a typed document.
+@Suite struct JSONValueCodableTests {
+    struct Note: Codable, Equatable {
+        var title: String
+        var extra: JSONValue
+    }
+
+    @Test func aModelWithFreeFormJSONRoundTripsThroughADocument() throws {
+        let note = Note(title: "n", extra: ["tags": ["a", 1, 2.5, true, nil], "by": "pid \(7)", "nested": ["x": [:]]])
+        let doc = try MutableDocument(id: "note", encoding: note)
+        #expect(doc["extra"] == note.extra)
+        #expect(try doc.decode(as: Note.self) == note)
+
+        let value: JSONValue = ["big": .int(Int64.max), "neg": -3, "d": 0.1, "s": "é\"\\", "empty": []]
+        let bytes = try JSONEncoder().encode(value)
+        #expect(try JSONDecoder().decode(JSONValue.self, from: bytes) == value)
+        #expect(try JSONValue(parsing: Array(bytes)) == value)
+    }
+}
