@@ -30,7 +30,7 @@
 // |                    | PeerSyncMeshWiFi          | Mesh, DNSSD, WebSocket     | —                  |
 // | Packages/BLE       | PeerSyncBLE               | WebSocket, Discovery       | CBlueZ (bluetooth) |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
-// | Packages/PeerSync  | PeerSync (umbrella)       | the default ones           | —                  |
+// | Packages/PeerSync  | PeerSync (umbrella)       | all a sync app needs (+ traits) | —              |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 // | Tools/baselines    | PeerSyncSQLiteBaseline    | Core (no product)          | CSQLite (sqlite3)  |
 // |                    | PeerSyncLMDBBaseline      | Storage (no product)       | CLMDB (lmdb)       |
@@ -38,6 +38,9 @@
 // PeerSyncWebSocketReplication is the active side's `ws(s)://` connector: its TLS and HTTP
 // settings on `ReplicatorConfiguration` (`pinnedServerCertificate`, …) and `Replicator(config:)`.
 // PeerSyncReplicator itself links no TLS: a replicator over a custom transport needs no OpenSSL.
+// The umbrella `PeerSync` re-exports all of it (database, replicator with its WebSocket
+// connector, listener, auth), so `import PeerSync` is the one import an app needs; an app that
+// wants less depends on the individual products instead.
 //
 // The baselines are raw C yardsticks for `peersync bench` and the backends' tests: benchmark
 // code, in no library product, and by design the one place besides each wrapper module that
@@ -286,11 +289,12 @@ let package = Package(
             name: "PeerSync",
             dependencies: [
                 "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase",
+                "PeerSyncTransport", "PeerSyncAuth", "PeerSyncWebSocket", "PeerSyncReplicator",
+                "PeerSyncWebSocketReplication", "PeerSyncListener",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncDiscovery", condition: .when(traits: ["DNSSD"])),
                 .target(name: "PeerSyncDNSSD", condition: .when(traits: ["DNSSD"])),
-                .target(name: "PeerSyncAuth", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncMesh", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncMeshWiFi", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncBLE", condition: .when(traits: ["BLE"])),
@@ -311,6 +315,13 @@ let package = Package(
                 .target(name: "PeerSyncLMDBBaseline", condition: .when(traits: ["LMDB"])),
             ],
             path: "Tools/peersync",
+            swiftSettings: swiftSettings
+        ),
+        // `import PeerSync` alone: the umbrella's re-exports and Couchbase Lite's names, end to end.
+        .testTarget(
+            name: "PeerSyncUmbrellaTests",
+            dependencies: ["PeerSync"],
+            path: "Tests/PeerSyncUmbrellaTests",
             swiftSettings: swiftSettings
         ),
         // The CLI's commands run in-process (`@testable import peersync`), output captured.

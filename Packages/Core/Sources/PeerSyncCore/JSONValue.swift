@@ -44,9 +44,12 @@ extension JSONValue: Hashable {
     }
 }
 
+/// Literals build values directly: `let v: JSONValue = ["title": "pid \(pid)", "n": 1, "done": false]`.
+/// A string literal, interpolated or not, is a `.string`; an integer literal an `.int`; a
+/// floating-point literal a `.double`; `nil` is `.null`.
 extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
-    ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral,
-    ExpressibleByDictionaryLiteral {
+    ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByStringInterpolation,
+    ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral {
     public init(nilLiteral: ()) { self = .null }
     public init(booleanLiteral value: Bool) { self = .bool(value) }
     public init(integerLiteral value: Int64) { self = .int(value) }

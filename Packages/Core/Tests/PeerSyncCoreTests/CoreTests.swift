@@ -147,3 +147,17 @@ import Testing
 
 import Foundation
 import Synchronization
+
+@Suite struct JSONValueLiteralTests {
+    /// `["title": "pid \(x)"]` is a JSON object literal: an interpolated string literal is a
+    /// `.string` like a plain one, at any depth.
+    @Test func interpolatedStringLiteralsAreStrings() {
+        let pid = 42
+        let value: JSONValue = ["title": "pid \(pid)", "tags": ["next \(pid + 1)", "plain"], "n": 1]
+        #expect(value["title"] == .string("pid 42"))
+        #expect(value["tags"] == .array([.string("next 43"), .string("plain")]))
+        #expect(value["n"] == .int(1))
+        let properties: [String: JSONValue] = ["greeting": "hello \("world")"]
+        #expect(properties["greeting"] == .string("hello world"))
+    }
+}

@@ -92,6 +92,37 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
         return saved
     }
 
+    /// Saves a document given by value and returns it as saved: the form for code that cannot
+    /// pass a variable `inout` to an `async` call, such as a top-level variable in
+    /// `main.swift` (Swift 6 refuses `&doc` there):
+    ///
+    /// ```swift
+    /// let saved = try await tasks.save(document: MutableDocument(id: "t1", data: ["title": "pid \(pid)"]))
+    /// ```
+    ///
+    /// The same save as ``save(document:concurrencyControl:)`` with `.lastWriteWins`, which
+    /// never refuses: the returned document has the new ``MutableDocument/revisionID`` and
+    /// sequence, so editing and saving it again makes a child revision. Errors as there.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
+    @discardableResult
+    public func save(document: MutableDocument) async throws -> MutableDocument {
+        var saved = document
+        try await save(document: &saved, concurrencyControl: .lastWriteWins)
+        return saved
+    }
+
+    /// Saves a document given by value with the given concurrency control, and returns it as
+    /// saved — or nil when `.failOnConflict` refused the save because the stored document
+    /// changed since `document` was read (then nothing is changed). Errors as in
+    /// ``save(document:concurrencyControl:)``.
+    ///
+    /// Isolation: a write (see "Isolation" on ``Database``).
+    public func save(document: MutableDocument, concurrencyControl: ConcurrencyControl) async throws -> MutableDocument? {
+        var saved = document
+        return try await save(document: &saved, concurrencyControl: concurrencyControl) ? saved : nil
+    }
+
     /// Saves a document, calling `conflictHandler` if the stored document changed since
     /// `document` was read. The handler gets the document being saved (to edit) and the
     /// current stored revision (nil if it is deleted); returning `true` saves the edited

@@ -26,8 +26,10 @@ public struct URLEndpointListenerConfiguration: Sendable {
     /// every REST request) or `ListenerCertificateAuthenticator` (TLS client certificates;
     /// needs TLS). nil (default): everyone is accepted.
     public var authenticator: (any ListenerAuthenticator)?
-    /// Offer delta sync to replicators. Default false. (The replicator engine accepts the
-    /// flag; it sends whole revisions for now.)
+    /// Delta sync with replicators (Couchbase Lite's `enableDeltaSync`): when true, the
+    /// listener may send pulled revisions as deltas against an ancestor the replicator holds,
+    /// and lets replicators push deltas; when false (default) whole revisions travel both
+    /// ways. A replicator always offers and accepts deltas.
     public var enableDeltaSync = false
     /// Peers may pull but not push (pushes are answered `HTTP`/403); REST writes are refused
     /// with 403. Default false.
@@ -50,6 +52,9 @@ public struct URLEndpointListenerConfiguration: Sendable {
     /// (``PeerSyncWebSocket/WebSocketServerConfiguration/maxPartialMessageBytes``).
     public var maxPartialMessageBytes: Int? = 64 << 20
 
+    /// A configuration serving `collections` (all of one database; checked by
+    /// ``URLEndpointListener/init(config:)``), every other setting at its default: a free
+    /// port on every interface, TLS with an anonymous self-signed identity, no authentication.
     public init(collections: [Collection]) {
         self.collections = collections
     }

@@ -86,8 +86,7 @@ public struct MultipeerReplicatedDocument: Sendable, Hashable {
     }
 
     init(_ document: ReplicatedDocument) {
-        let parts = document.collection.split(separator: ".", maxSplits: 1).map(String.init)
-        self.init(scope: parts.count == 2 ? parts[0] : "_default", collection: parts.last ?? document.collection,
+        self.init(scope: document.scope, collection: document.collection,
                   id: document.id, flags: document.flags, error: document.error)
     }
 }

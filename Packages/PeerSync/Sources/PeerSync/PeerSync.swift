@@ -1,11 +1,29 @@
-// The umbrella module: `import PeerSync` gives the whole public API and the default
-// composition (SQLite storage when the `SQLite` trait is on, which it is by default; peer
-// discovery over DNS-SD when the opt-in `DNSSD` trait is on; the multipeer replicator and its
-// Wi-Fi transport when the opt-in `Mesh` trait is on, which turns `DNSSD` on).
+// The umbrella module: `import PeerSync` is the one import an app needs. It re-exports every
+// module its enabled traits build:
+//
+// - always: the value types (PeerSyncCore), storage (PeerSyncStorage), the database
+//   (PeerSyncDatabase), the replicator (PeerSyncReplicator) with its `ws://`/`wss://` connector
+//   and `Replicator(config:)` (PeerSyncWebSocketReplication), the listener
+//   (PeerSyncListener, `URLEndpointListener`), the WebSocket transport (PeerSyncWebSocket) and
+//   the transport protocols (PeerSyncTransport: `Endpoint`/`URLEndpoint`, authenticators), TLS
+//   identities and trust (PeerSyncAuth);
+// - `SQLite` (default on): the SQLite backend, the default storage; `LMDB`: the LMDB backend;
+// - `DNSSD`: peer discovery over DNS-SD (PeerSyncDiscovery, PeerSyncDNSSD);
+// - `Mesh` (turns `DNSSD` on): the multipeer replicator and its Wi-Fi transport (PeerSyncMesh,
+//   PeerSyncMeshWiFi); `BLE` (turns `Mesh` on): the Bluetooth LE transport (PeerSyncBLE).
+//
+// Tests in Tests/PeerSyncUmbrellaTests and the scratch consumer of Tools/checks/consumer-by-url
+// (which runs the README's first example) use nothing but `import PeerSync`.
 
 @_exported import PeerSyncCore
 @_exported import PeerSyncStorage
 @_exported import PeerSyncDatabase
+@_exported import PeerSyncTransport
+@_exported import PeerSyncAuth
+@_exported import PeerSyncWebSocket
+@_exported import PeerSyncReplicator
+@_exported import PeerSyncWebSocketReplication
+@_exported import PeerSyncListener
 #if SQLite
 @_exported import PeerSyncSQLite
 #endif
@@ -17,9 +35,11 @@
 @_exported import PeerSyncDNSSD
 #endif
 #if Mesh
-@_exported import PeerSyncAuth
 @_exported import PeerSyncMesh
 @_exported import PeerSyncMeshWiFi
+#endif
+#if BLE
+@_exported import PeerSyncBLE
 #endif
 
 /// The storage backends compiled into this build (chosen by package traits).

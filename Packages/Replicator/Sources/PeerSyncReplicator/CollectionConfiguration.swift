@@ -39,19 +39,53 @@ public struct CollectionConfiguration: Sendable {
     }
 }
 
-/// One document that was pushed or pulled (or failed to be).
+/// One document that was pushed or pulled, or failed to be (Couchbase Lite's
+/// `ReplicatedDocument`).
 public struct ReplicatedDocument: Sendable {
+    /// The document ID.
     public let id: String
-    /// `<scope>.<collection>`.
+    /// The name of the scope of the document's collection (`_default` for the default scope).
+    public let scope: String
+    /// The name of the document's collection, without its scope (`_default` for the default
+    /// collection).
     public let collection: String
+    /// Deleted, access removed (see ``DocumentFlags``).
     public let flags: DocumentFlags
     /// Why this document failed to replicate, nil on success.
     public let error: PeerSyncError?
+
+    /// The collection's full name, `<scope>.<collection>`.
+    public var collectionFullName: String { "\(scope).\(collection)" }
+
+    /// `fullName` is the collection's `<scope>.<collection>` (scope names hold no `.`); a name
+    /// without a `.` is taken as a collection of the default scope.
+    init(id: String, collection fullName: String, flags: DocumentFlags, error: PeerSyncError?) {
+        self.id = id
+        if let dot = fullName.firstIndex(of: ".") {
+            scope = String(fullName[..<dot])
+            collection = String(fullName[fullName.index(after: dot)...])
+        } else {
+            scope = "_default"
+            collection = fullName
+        }
+        self.flags = flags
+        self.error = error
+    }
 }
 
 /// A batch of replicated documents (Couchbase Lite's `DocumentReplication`).
 public struct DocumentReplication: Sendable {
+    /// The replicator that replicated the documents. nil only for the events of a passive
+    /// session (a listener's side of a replication, e.g. the mesh's incoming links), which no
+    /// `Replicator` runs; every event a ``Replicator``'s listeners and streams get has it.
+    public internal(set) var replicator: Replicator?
     /// True for pushed documents, false for pulled ones.
     public let isPush: Bool
+    /// The documents, in the order they completed.
     public let documents: [ReplicatedDocument]
+
+    init(isPush: Bool, documents: [ReplicatedDocument]) {
+        self.isPush = isPush
+        self.documents = documents
+    }
 }

@@ -17,16 +17,19 @@ public enum ReplicatorType: Sendable, Hashable {
 /// `Replicator(config:)`), tests and custom transports pass their own.
 public typealias ReplicatorConnector = @Sendable (ReplicatorConfiguration) async throws -> any MessageConnection
 
-/// Replicator settings (Couchbase Lite's `ReplicatorConfiguration`), with its defaults.
+/// Replicator settings (Couchbase Lite's `ReplicatorConfiguration`), with its defaults (the
+/// `default…` constants, with Couchbase Lite's names and values, e.g. ``defaultHeartbeat``).
+/// A value type: a replicator keeps the copy it was created with.
 public struct ReplicatorConfiguration: Sendable {
     /// The peer to replicate with, e.g. `wss://host:4984/db`.
     public let target: Endpoint
     /// Collections and their settings, in the order given.
     public private(set) var collectionConfigurations: [(collection: Collection, config: CollectionConfiguration)] = []
-    /// Default `.pushAndPull`.
-    public var replicatorType: ReplicatorType = .pushAndPull
-    /// Default false: stop when caught up.
-    public var continuous = false
+    /// Push, pull or both. Default ``defaultType`` (`.pushAndPull`).
+    public var replicatorType: ReplicatorType = Self.defaultType
+    /// Keep replicating changes made after the first catch-up. Default ``defaultContinuous``
+    /// (false: stop when caught up).
+    public var continuous = Self.defaultContinuous
     /// Credentials presented to the peer (used by the connector). Default nil.
     public var authenticator: (any Authenticator)?
     /// Settings that only a connector reads, under keys the connector's module defines; that
@@ -34,25 +37,31 @@ public struct ReplicatorConfiguration: Sendable {
     /// `pinnedServerCertificate`, `acceptOnlySelfSignedServerCertificate`, `headers`,
     /// `networkInterface`). Empty by default: every key reads as its default value.
     public var connectorOptions = ReplicatorConnectorOptions()
-    /// Keep-alive interval; default 300 s. Also bounds how long a reply is awaited (see
-    /// ``replyTimeout``). Setting a negative or zero value throws from ``Replicator/init(config:connector:)``.
-    public var heartbeat: Duration = .seconds(300)
+    /// Keep-alive (ping) interval; default ``defaultHeartbeat`` (300 s). Also bounds how long a
+    /// reply is awaited (see ``replyTimeout``). As in Couchbase Lite, zero means the default
+    /// (the replicator's ``Replicator/config`` holds the value used) and a negative value
+    /// throws `.invalidArgument` from ``Replicator/init(config:connector:)``.
+    /// ``heartbeatTimeInterval`` is the same setting in seconds.
+    public var heartbeat: Duration = Self.defaultHeartbeat
     /// Connection attempts in a row that may fail with a transient error before the replicator
-    /// gives up (1: no retry); 0 = default: 10 for one-shot, unlimited for continuous. The count
-    /// starts again after a connection that got going (see ``Replicator``), so it bounds
-    /// consecutive failures, not failures over the whole run. Negative values throw from
+    /// gives up (1: no retry); 0 = default: ``defaultMaxAttemptsSingleShot`` (10) for one-shot,
+    /// ``defaultMaxAttemptsContinuous`` (unlimited) for continuous. The count starts again
+    /// after a connection that got going (see ``Replicator``), so it bounds consecutive
+    /// failures, not failures over the whole run. Negative values throw from
     /// ``Replicator/init(config:connector:)``.
     public var maxAttempts = 0
     /// Upper bound of the exponential backoff between attempts (1 s, 2 s, 4 s …); default
-    /// 300 s. Non-positive values throw from ``Replicator/init(config:connector:)``.
-    public var maxAttemptWaitTime: Duration = .seconds(300)
+    /// ``defaultMaxAttemptWaitTime`` (300 s). As in Couchbase Lite, zero means the default and a
+    /// negative value throws `.invalidArgument` from ``Replicator/init(config:connector:)``.
+    /// ``maxAttemptWaitTimeInterval`` is the same setting in seconds.
+    public var maxAttemptWaitTime: Duration = Self.defaultMaxAttemptWaitTime
     /// Purge documents the peer revoked access to (a revocation flag in `changes`, or a
     /// pulled revision with `"_removed": true`), as Couchbase Lite does. Default true. Either
     /// way a document replication event with ``DocumentFlags/accessRemoved`` is emitted; when
     /// false (or when the collection has a `documentIDs` filter, or its pull filter refuses
     /// the document with that flag) the document is kept. Peer-to-peer listeners never revoke
-    /// access; Sync Gateway does.
-    public var enableAutoPurge = true
+    /// access; Sync Gateway does. Default ``defaultEnableAutoPurge`` (true).
+    public var enableAutoPurge = Self.defaultEnableAutoPurge
     /// PeerSync extension: how long an awaited reply may take before the connection is
     /// considered dead (then retried). Default 60 s.
     public var replyTimeout: Duration = .seconds(60)
@@ -61,19 +70,46 @@ public struct ReplicatorConfiguration: Sendable {
     /// IP, port or transport) resumes from the same checkpoints. Default nil: the URL keys them.
     public var remoteIdentity: String?
 
+    /// A configuration replicating with `target` (e.g. `try URLEndpoint(url: listener.urls[0])`)
+    /// and no collections yet: add them with ``addCollection(_:config:)``, or creating the
+    /// replicator throws `.invalidArgument`. Every other setting has its default.
     public init(target: Endpoint) {
         self.target = target
     }
 
-    /// Adds (or replaces the settings of) a collection.
-    public mutating func addCollection(_ collection: Collection, config: CollectionConfiguration = CollectionConfiguration()) {
-        collectionConfigurations.removeAll { $0.collection == collection }
-        collectionConfigurations.append((collection, config))
+    /// A copy of `config` (Couchbase Lite's `init(config:)`; in Swift, `var copy = config`
+    /// does the same).
+    public init(config: ReplicatorConfiguration) {
+        self = config
     }
 
-    /// Adds several collections with the same settings.
-    public mutating func addCollections(_ collections: [Collection], config: CollectionConfiguration = CollectionConfiguration()) {
+    /// Adds a collection, or replaces the settings of one added before (it keeps its place).
+    /// A nil `config` is the default `CollectionConfiguration()`. Returns the configuration
+    /// after the change (Couchbase Lite's chaining form); the call changes `self` either way.
+    @discardableResult
+    public mutating func addCollection(_ collection: Collection, config: CollectionConfiguration? = nil) -> ReplicatorConfiguration {
+        let settings = config ?? CollectionConfiguration()
+        if let index = collectionConfigurations.firstIndex(where: { $0.collection == collection }) {
+            collectionConfigurations[index].config = settings
+        } else {
+            collectionConfigurations.append((collection, settings))
+        }
+        return self
+    }
+
+    /// Adds several collections with the same settings (see ``addCollection(_:config:)``); an
+    /// empty array changes nothing.
+    @discardableResult
+    public mutating func addCollections(_ collections: [Collection], config: CollectionConfiguration? = nil) -> ReplicatorConfiguration {
         for c in collections { addCollection(c, config: config) }
+        return self
+    }
+
+    /// Removes a collection and its settings; a collection that was not added changes nothing.
+    @discardableResult
+    public mutating func removeCollection(_ collection: Collection) -> ReplicatorConfiguration {
+        collectionConfigurations.removeAll { $0.collection == collection }
+        return self
     }
 
     /// The configured collections.
@@ -83,9 +119,15 @@ public struct ReplicatorConfiguration: Sendable {
     /// never equal a URL) or else the target URL.
     var checkpointRemoteKey: String { remoteIdentity.map { "identity:" + $0 } ?? target.description }
 
-    /// The settings of one collection, if configured.
+    /// The settings of one collection, nil if it was not added. A copy: to change them, add
+    /// the collection again with the new settings. Same as ``collectionConfig(_:)``.
     public func collectionConfiguration(_ collection: Collection) -> CollectionConfiguration? {
         collectionConfigurations.first { $0.collection == collection }?.config
+    }
+
+    /// Couchbase Lite's name for ``collectionConfiguration(_:)``.
+    public func collectionConfig(_ collection: Collection) -> CollectionConfiguration? {
+        collectionConfiguration(collection)
     }
 }
 
@@ -146,14 +188,19 @@ public struct ReplicatorRetry: Sendable, Hashable {
 
 /// A status change.
 public struct ReplicatorChange: Sendable {
+    /// The replicator whose status changed.
     public let replicator: Replicator
+    /// Its new status.
     public let status: ReplicatorStatus
 }
 
-/// Returned by listener registrations; ``remove()`` stops the notifications.
+/// Returned by listener registrations (Couchbase Lite's `ListenerToken` for a replicator);
+/// ``remove()`` or ``Replicator/removeChangeListener(withToken:)`` stops the notifications.
 public final class ReplicatorListenerToken: Sendable {
     private let onRemove: @Sendable () -> Void
     init(_ onRemove: @escaping @Sendable () -> Void) { self.onRemove = onRemove }
+    /// Removes the listener: no change after this call is reported to it (notifications
+    /// already queued before it may still arrive). Idempotent; callable from any task.
     public func remove() { onRemove() }
 }
 
@@ -177,6 +224,8 @@ public final class ReplicatorListenerToken: Sendable {
 /// replicator over a link that keeps breaking completes as long as each connection gets
 /// going. A peer that accepts connections but never answers does not reset the count.
 public final class Replicator: Sendable {
+    /// The configuration the replicator runs with: the one it was created with, a zero
+    /// `heartbeat` or `maxAttemptWaitTime` replaced by its default.
     public let config: ReplicatorConfiguration
     private let connector: ReplicatorConnector
 
@@ -201,25 +250,39 @@ public final class Replicator: Sendable {
     private let state = LockedValue(State())
     private let queue = DispatchQueue(label: "peersync.replicator.listeners")
 
-    /// Throws `.invalidArgument` for a configuration without collections, a non-positive
-    /// heartbeat, a negative `maxAttempts` or a non-positive wait time.
+    /// A replicator that opens its connections with `connector` (a custom transport's, or a
+    /// test's; `Replicator(config:)` uses the WebSocket connector). It does not start: call
+    /// ``start(reset:)``.
+    ///
+    /// As in Couchbase Lite, a zero `heartbeat` or `maxAttemptWaitTime` means the default
+    /// (``ReplicatorConfiguration/defaultHeartbeat``,
+    /// ``ReplicatorConfiguration/defaultMaxAttemptWaitTime``): ``config`` holds the values used.
+    /// Throws `.invalidArgument` for a configuration without collections, collections of more
+    /// than one database, a negative heartbeat, `maxAttempts` or wait time, or a non-positive
+    /// `replyTimeout`.
     public init(config: ReplicatorConfiguration, connector: @escaping ReplicatorConnector) throws {
         guard !config.collectionConfigurations.isEmpty else {
             throw PeerSyncError(.invalidArgument, "the replicator configuration has no collections")
         }
-        guard config.heartbeat > .zero else { throw PeerSyncError(.invalidArgument, "heartbeat must be positive") }
+        guard config.heartbeat >= .zero else { throw PeerSyncError(.invalidArgument, "heartbeat must not be negative") }
         guard config.maxAttempts >= 0 else { throw PeerSyncError(.invalidArgument, "maxAttempts must not be negative") }
-        guard config.maxAttemptWaitTime > .zero, config.replyTimeout > .zero else {
-            throw PeerSyncError(.invalidArgument, "maxAttemptWaitTime and replyTimeout must be positive")
+        guard config.maxAttemptWaitTime >= .zero else {
+            throw PeerSyncError(.invalidArgument, "maxAttemptWaitTime must not be negative")
         }
+        guard config.replyTimeout > .zero else { throw PeerSyncError(.invalidArgument, "replyTimeout must be positive") }
         let dbs = Set(config.collections.map { ObjectIdentifier($0.database) })
         guard dbs.count == 1 else {
             throw PeerSyncError(.invalidArgument, "all collections of a replicator must belong to one database")
         }
-        self.config = config
+        var effective = config
+        if effective.heartbeat == .zero { effective.heartbeat = ReplicatorConfiguration.defaultHeartbeat }
+        if effective.maxAttemptWaitTime == .zero { effective.maxAttemptWaitTime = ReplicatorConfiguration.defaultMaxAttemptWaitTime }
+        self.config = effective
         self.connector = connector
     }
 
+    /// The current status (a snapshot; ``addChangeListener(_:)`` and ``changes()`` report
+    /// every change). Thread-safe.
     public var status: ReplicatorStatus { state.withLock { $0.status } }
 
     /// The server's TLS certificate (DER) of the last connection, if it had TLS.
@@ -280,14 +343,29 @@ public final class Replicator: Sendable {
 
     // MARK: Listeners
 
+    /// Calls `listener` with every status change, in order, on the replicator's serial
+    /// listener queue (never two equal statuses in a row); registered before ``start(reset:)``
+    /// it sees every change from `.connecting` to `.stopped`. Keep it quick: it delays the
+    /// notifications after it. The token (or ``removeChangeListener(withToken:)``) removes it.
     @discardableResult
     public func addChangeListener(_ listener: @escaping @Sendable (ReplicatorChange) -> Void) -> ReplicatorListenerToken {
         addListener(listener, at: \.statusListeners)
     }
 
+    /// Calls `listener` with every batch of pushed or pulled documents (or documents that
+    /// failed to replicate), on the same serial queue as the status listeners; add it before
+    /// ``start(reset:)`` to see every document. The token (or
+    /// ``removeChangeListener(withToken:)``) removes it.
     @discardableResult
     public func addDocumentReplicationListener(_ listener: @escaping @Sendable (DocumentReplication) -> Void) -> ReplicatorListenerToken {
         addListener(listener, at: \.documentListeners)
+    }
+
+    /// Removes a status or document listener (Couchbase Lite's name; the same as
+    /// `token.remove()`): no change after this call is reported to it (notifications already
+    /// queued may still arrive). Idempotent.
+    public func removeChangeListener(withToken token: ReplicatorListenerToken) {
+        token.remove()
     }
 
     /// Stores `listener` under a new ID in the table at `table`; the token removes it.
@@ -395,7 +473,10 @@ public final class Replicator: Sendable {
         let listeners = state.withLock { Array($0.documentListeners.values) }
         // Per document on a pull: no dispatch (a thread wake-up) when nobody listens.
         guard !listeners.isEmpty else { return }
-        queue.async { for l in listeners { l(event) } }
+        var stamped = event
+        stamped.replicator = self
+        let delivered = stamped
+        queue.async { for l in listeners { l(delivered) } }
     }
 
     /// Disk full and damaged data stop a one-shot replicator at once (retrying cannot help it
@@ -424,7 +505,8 @@ public final class Replicator: Sendable {
 
     private func runLoop(reset: Bool, generation: Int) async {
         let cfg = config
-        let maxAttempts = cfg.maxAttempts > 0 ? cfg.maxAttempts : (cfg.continuous ? Int.max : 10)
+        let maxAttempts = cfg.maxAttempts > 0 ? cfg.maxAttempts
+            : (cfg.continuous ? ReplicatorConfiguration.defaultMaxAttemptsContinuous : ReplicatorConfiguration.defaultMaxAttemptsSingleShot)
         /// The current attempt of the series (from 1); the series starts again after a
         /// connection that got going.
         var attempt = 0

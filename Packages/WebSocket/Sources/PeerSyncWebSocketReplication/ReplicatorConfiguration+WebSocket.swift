@@ -9,7 +9,7 @@ enum PinnedServerCertificateOption: ReplicatorConnectorOptionKey {
 }
 
 enum AcceptOnlySelfSignedServerCertificateOption: ReplicatorConnectorOptionKey {
-    static let defaultValue = false
+    static let defaultValue = ReplicatorConfiguration.defaultSelfSignedCertificateOnly
 }
 
 enum HeadersOption: ReplicatorConnectorOptionKey {
@@ -21,6 +21,10 @@ enum NetworkInterfaceOption: ReplicatorConnectorOptionKey {
 }
 
 extension ReplicatorConfiguration {
+    /// The default of ``acceptOnlySelfSignedServerCertificate``: false (Couchbase Lite's
+    /// `defaultSelfSignedCertificateOnly`).
+    public static let defaultSelfSignedCertificateOnly = false
+
     /// The certificate the server must present (`wss://` only; Couchbase Lite's
     /// `pinnedServerCertificate`): the connection is refused unless the server's leaf
     /// certificate is exactly this one, whoever signed it. Wins over
@@ -33,15 +37,17 @@ extension ReplicatorConfiguration {
     /// Accept only a self-signed server certificate (`wss://` only; Couchbase Lite's
     /// `acceptOnlySelfSignedServerCertificate`), as a listener with an anonymous identity
     /// presents; a CA-issued one is refused. Ignored when ``pinnedServerCertificate`` is set.
-    /// Default false: the server is verified against CA roots.
+    /// Default ``defaultSelfSignedCertificateOnly`` (false): the server is verified against CA
+    /// roots.
     public var acceptOnlySelfSignedServerCertificate: Bool {
         get { connectorOptions[AcceptOnlySelfSignedServerCertificateOption.self] }
         set { connectorOptions[AcceptOnlySelfSignedServerCertificateOption.self] = newValue }
     }
 
     /// Extra HTTP headers of the WebSocket upgrade request (Couchbase Lite's `headers`), sent
-    /// in name order. An `Authorization` header is replaced by a `BasicAuthenticator`'s.
-    /// Default empty.
+    /// in name order. An `Authorization` header is replaced by a `BasicAuthenticator`'s; a
+    /// `SessionAuthenticator`'s cookie is appended to a `Cookie` header. Default empty (Couchbase
+    /// Lite's is an optional dictionary, nil by default: the same thing).
     public var headers: [String: String] {
         get { connectorOptions[HeadersOption.self] }
         set { connectorOptions[HeadersOption.self] = newValue }

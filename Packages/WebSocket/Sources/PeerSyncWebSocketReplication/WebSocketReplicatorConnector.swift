@@ -12,6 +12,10 @@ import PeerSyncWebSocket
 /// - `BasicAuthenticator`: sent pre-emptively (`Authorization: Basic …`). A `401` becomes a
 ///   `.unauthorized` error with `context["status"] == "401"` (permanent: the replicator stops,
 ///   no retry loop).
+/// - `SessionAuthenticator` (Sync Gateway sessions): `Cookie: <cookieName>=<sessionID>`,
+///   appended to a `Cookie` header given in `headers`; an invalid cookie name or session ID
+///   fails with `.invalidArgument` before connecting. Other authenticators fail the same way,
+///   except `ClientCertificateAuthenticator`.
 /// - `ClientCertificateAuthenticator`: its identity is presented during the TLS handshake.
 /// - Server trust (`wss` only): `pinnedServerCertificate`
 ///   wins, then `acceptOnlySelfSignedServerCertificate`,
@@ -39,6 +43,8 @@ public struct WebSocketReplicatorConnector: Sendable {
     /// The subprotocols offered, in order of preference.
     public static let subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2"]
 
+    /// A connector verifying servers against `trustedRootCertificates` (nil: the system CA
+    /// roots) when the configuration sets no pin and no self-signed-only policy.
     public init(trustedRootCertificates: [Certificate]? = nil) {
         self.trustedRootCertificates = trustedRootCertificates
     }
@@ -75,6 +81,14 @@ public struct WebSocketReplicatorConnector: Sendable {
         options.interface = config.networkInterface
         if let basic = config.authenticator as? BasicAuthenticator {
             options.headers.set("Authorization", basic.authorizationHeaderValue)
+        } else if let session = config.authenticator as? SessionAuthenticator {
+            guard session.isValidCookie else {
+                throw PeerSyncError(.invalidArgument, "the session authenticator's cookie name or session ID cannot be sent in a Cookie header",
+                                    context: ["cookieName": session.cookieName])
+            }
+            // After any `Cookie` header of `headers`, in the same header (RFC 6265: one Cookie line).
+            let cookie = options.headers["Cookie"].map { $0 + "; " + session.cookieHeaderValue } ?? session.cookieHeaderValue
+            options.headers.set("Cookie", cookie)
         } else if let auth = config.authenticator, !(auth is ClientCertificateAuthenticator) {
             throw PeerSyncError(.invalidArgument, "unsupported authenticator \(type(of: auth))")
         }
