@@ -334,7 +334,7 @@ actor Puller {
 
     /// How long a batch's answer waits for revisions that another session of this database is
     /// fetching (then it reads the database again, and asks for what is still missing).
-    var claimWaitLimit: Duration { min(context.replyTimeout / 4, .seconds(10)) }
+    var claimWaitLimit: Duration { min(context.replyTimeout / 4, .seconds(2)) }
 
     /// Claims `wanted` in the database's ``RevisionsInFlight``. Those another session (another
     /// link) is fetching are waited for (at most ``claimWaitLimit``), read again and returned
