@@ -81,7 +81,7 @@ struct GATTTests {
         }
         #expect(try await exchange(socket, [0x0A]) == error(0x0A, 0, .invalidPDU))                  // Read without a handle
         #expect(try await exchange(socket, [0x0A, 99, 0]) == error(0x0A, 99, .invalidHandle))
-        #expect(try await exchange(socket, [0x7E, 1, 2]) == error(0x7E, 0, .requestNotSupported))    // unknown request
+        #expect(try await exchange(socket, [0x0E, 1, 0, 3, 0]) == error(0x0E, 0, .requestNotSupported))  // Read Multiple
         #expect(try await exchange(socket, [0x12, 3, 0, 1, 0]) == error(0x12, 3, .writeNotPermitted))  // write the PSM
         #expect(try await exchange(socket, [0x12, 6, 0, 1]) == error(0x12, 6, .invalidAttributeValueLength))
         #expect(try await exchange(socket, [0x0C, 5, 0, 9, 0]) == error(0x0C, 5, .invalidOffset))    // Read Blob past the end

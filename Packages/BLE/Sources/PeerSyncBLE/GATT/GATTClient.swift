@@ -91,6 +91,7 @@ public final class GATTClient: Sendable {
     }
 
     /// Reads the whole metadata value (Read, then Read Blob while the parts fill the MTU).
+    /// A value updated during the read is read again (at most 4 attempts).
     public func readMetadata() async throws -> [UInt8] {
         try await readLongValue(handles.metadataValue)
     }
@@ -122,7 +123,9 @@ public final class GATTClient: Sendable {
                 do {
                     continuation.yield(try await self.readMetadata())
                 } catch {
-                    break
+                    // An ATT error on this read alone (the client lives on): the next
+                    // notification brings the value; anything else ends the stream.
+                    if self.state.withLock({ $0.failure }) != nil { break }
                 }
             }
             let failure = self?.state.withLock { $0.failure }
@@ -218,7 +221,22 @@ public final class GATTClient: Sendable {
                               metadataValue: metadata.value, metadataConfiguration: configuration)
     }
 
+    /// Reads a whole value: Read, then Read Blob while the parts fill the MTU. A value that
+    /// shrinks under a long read (the server updated it: Read Blob answers Invalid Offset) is
+    /// read again from the start, a few times at most.
     private func readLongValue(_ handle: UInt16) async throws -> [UInt8] {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await readLongValueOnce(handle)
+            } catch let error as PeerSyncError where attempt < 4 && error.context["attError"] == "\(ATTErrorCode.invalidOffset.rawValue)" {
+                continue
+            }
+        }
+    }
+
+    private func readLongValueOnce(_ handle: UInt16) async throws -> [UInt8] {
         let first = try await transaction(.readRequest(handle: handle))
         guard case .readResponse(var value) = first else { throw unexpected(first) }
         var part = value.count
