@@ -63,7 +63,8 @@ public struct BLEAdvertisement: Sendable, Hashable {
     public func encoded() throws(PeerSyncError) -> (advertisingData: [UInt8], scanResponse: [UInt8]) {
         var structures: [ADStructure] = []
         if let flags { structures.append(ADStructure(type: ADStructure.KnownType.flags, data: [flags])) }
-        if !serviceUUIDs.isEmpty {
+        // An empty incomplete list still says "there are more": it is kept.
+        if !serviceUUIDs.isEmpty || !serviceUUIDsComplete {
             structures.append(ADStructure(
                 type: serviceUUIDsComplete ? ADStructure.KnownType.completeServiceUUIDs128 : ADStructure.KnownType.incompleteServiceUUIDs128,
                 data: serviceUUIDs.flatMap(\.littleEndianBytes)))

@@ -69,13 +69,14 @@ struct PeerServiceAttributes: Sendable {
     /// The server's answer to one PDU from the client (nil: none is due — a command, a
     /// notification or a response sent to the server). `maxMTU` is the server's receive MTU.
     func respond(to bytes: [UInt8], session: inout Session, maxMTU: Int) -> ATTPDU? {
-        guard let opcode = bytes.first else { return nil }
+        // No command (opcode bit 6: Write Command, Signed Write) is supported, and a command
+        // never gets an answer, not even an error.
+        guard let opcode = bytes.first, opcode & ATTPDU.Opcode.commandFlag == 0 else { return nil }
         let pdu: ATTPDU
         do {
             pdu = try ATTPDU.decode(bytes)
         } catch {
-            return opcode & ATTPDU.Opcode.commandFlag != 0 ? nil
-                : .errorResponse(requestOpcode: opcode, handle: 0, error: .invalidPDU)
+            return .errorResponse(requestOpcode: opcode, handle: 0, error: .invalidPDU)
         }
         if bytes.count > session.mtu, opcode != ATTPDU.Opcode.exchangeMTURequest {
             return .errorResponse(requestOpcode: opcode, handle: 0, error: .invalidPDU)
@@ -134,8 +135,8 @@ struct PeerServiceAttributes: Sendable {
              .readBlobResponse, .readByGroupTypeResponse, .writeResponse, .handleValueNotification:
             // Responses and notifications are not the client's to send; ATT gives them no answer.
             return nil
-        case .unsupported(let opcode, _):
-            return opcode & ATTPDU.Opcode.commandFlag != 0 ? nil : failure(0, .requestNotSupported)
+        case .unsupported:
+            return failure(0, .requestNotSupported)
         }
     }
 }
