@@ -1,3 +1,4 @@
+import Foundation
 import PeerSyncAuth
 import PeerSyncBLE
 import PeerSyncCore
@@ -33,3 +34,10 @@ enum TestIdentity {
 @Sendable func abortBLE(_ connection: any MessageConnection) async {
     await (connection as? WebSocketConnection)?.abort()
 }
+
+/// How many times slower than full speed this run is: `PEERSYNC_SLOW` (`Tools/test --sanitize`
+/// sets it), 1 otherwise.
+let slowFactor = max(1, Int(ProcessInfo.processInfo.environment["PEERSYNC_SLOW"] ?? "") ?? 1)
+
+/// A deadline that assumes full speed, stretched by ``slowFactor``.
+func slow(_ duration: Duration) -> Duration { duration * slowFactor }
