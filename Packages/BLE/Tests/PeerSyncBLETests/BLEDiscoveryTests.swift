@@ -11,7 +11,7 @@ struct BLEDiscoveryTests {
     static func configuration() -> BLEDiscoveryConfiguration {
         var configuration = BLEDiscoveryConfiguration()
         configuration.advertisementTimeout = slow(.seconds(2))
-        configuration.nameProbeDuration = .milliseconds(150)
+        configuration.nameProbeDuration = slow(.milliseconds(150))
         configuration.reconnectInterval = .milliseconds(100)
         configuration.transactionTimeout = slow(.seconds(10))
         return configuration

@@ -19,6 +19,8 @@ final class BLEBrowse: Sendable {
         var remotes: [String: Remote] = [:]
         var locals: [String: DiscoveredPeer] = [:]
         var tasks: [Task<Void, Never>] = []
+        /// The task following each advertiser's GATT connection (one at a time per address).
+        var followers: [String: Task<Void, Never>] = [:]
         var stopped = false
 
         func nameTaken(_ name: String, byOtherThan address: String) -> Bool {
@@ -76,8 +78,8 @@ final class BLEBrowse: Sendable {
     func stop() {
         let (tasks, clients) = state.withLock { state -> ([Task<Void, Never>], [GATTClient]) in
             state.stopped = true
-            defer { state.tasks.removeAll(); state.remotes.removeAll() }
-            return (state.tasks, state.remotes.values.compactMap(\.client))
+            defer { state.tasks.removeAll(); state.followers.removeAll(); state.remotes.removeAll() }
+            return (state.tasks + state.followers.values, state.remotes.values.compactMap(\.client))
         }
         for task in tasks { task.cancel() }
         for client in clients { client.close() }
@@ -128,8 +130,8 @@ final class BLEBrowse: Sendable {
             await self.follow(sighting.address)
         }
         state.withLock { state in
-            state.tasks.removeAll { $0.isCancelled }
-            state.tasks.append(task)
+            // The previous follower of this address has ended (`connecting` was false).
+            state.followers[sighting.address] = task
             if state.stopped { task.cancel() }
         }
     }
@@ -233,6 +235,7 @@ final class BLEBrowse: Sendable {
             var clients: [GATTClient] = []
             for (address, remote) in state.remotes where remote.lastSeen < deadline {
                 state.remotes[address] = nil
+                state.followers[address] = nil  // it ends when its client is closed below
                 if let client = remote.client { clients.append(client) }
                 if let reported = remote.reported { feed.enqueue(.disappeared(reported)) }
             }
