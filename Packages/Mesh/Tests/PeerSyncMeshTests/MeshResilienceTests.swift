@@ -104,9 +104,12 @@ import Testing
                 && b.replicator.peerInfo(for: a.replicator.peerID)?.replicatorTransport != nil
                 && network.links.liveLinkCount == 1
         })
-        // And it stays one, and it carries documents.
+        // And it never becomes two again, and it carries documents. (Under a heavily loaded
+        // machine the 1 s handshake timeout this test sets can drop the link and the 3 s dial
+        // delay leave none for a moment — seen once in a full run; the documents check below
+        // then needs the re-dialled link.)
         try await Task.sleep(for: .milliseconds(500))
-        #expect(network.links.liveLinkCount == 1)
+        #expect(network.links.liveLinkCount <= 1)
         try await a.save("x", ["v": 1])
         #expect(try await eventually(.seconds(30)) { try await b.snapshot()["x"] != nil })
         await a.close()
