@@ -315,12 +315,14 @@ public actor BLIPConnection {
             while let first = queue.first {
                 if pendingResponses[first.number]?.continuation == nil {
                     queue.removeFirst()  // answered or abandoned
-                } else if case let deadline = replyDeadline(first, timeout: timeout), deadline <= now {
+                    continue
+                }
+                let deadline = replyDeadline(first, timeout: timeout)
+                if deadline <= now {
                     queue.removeFirst()
                     abandonResponse(first.number, with: PeerSyncError(.timeout, "no answer from the peer within \(timeout)",
                                                                       context: ["waitingFor": first.what]))
                 } else {
-                    let deadline = replyDeadline(first, timeout: timeout)
                     next = min(next ?? deadline, deadline)
                     break
                 }
