@@ -36,9 +36,9 @@ public final class ListenerToken: Sendable, Hashable {
 /// The listeners of one database and what they have seen.
 ///
 /// Change detection is uniform for this process and others: after each local commit and on
-/// each timer tick, ``poll(_:database:)`` reads the `lastSequence` of every watched
-/// collection's documents and purge-log keyspaces and enumerates the records above the last
-/// sequence it saw. Purges are recorded in the purge log (a keyspace) because a purged record
+/// each timer tick, ``poll(_:database:)`` reads the `lastSequence` of every collection's
+/// documents and purge-log keyspaces and, for watched collections, enumerates the records
+/// above the last sequence it saw. Purges are recorded in the purge log (a keyspace) because a purged record
 /// leaves no trace in the sequence index.
 final class ChangeNotifier: Sendable {
     struct Listener: Sendable {
@@ -100,26 +100,25 @@ final class ChangeNotifier: Sendable {
     }
 
     /// Delivers changes committed since the last poll. Must run on the writer queue.
+    ///
+    /// Every collection's marks are kept, watched or not: a listener added while a write is
+    /// committing (after the caller's own read, before this poll) must still get that write,
+    /// so its collection's mark has to predate the write rather than start at this poll.
     func poll(_ storage: any Storage, database: Database) {
         let listeners = registry.withLock { Array($0.listeners.values) }
         let watched = Set(listeners.map(\.spec))
-        guard !watched.isEmpty else {
-            seen.modify { $0.removeAll() }
-            return
-        }
         var batches: [CollectionSpec: [String]] = [:]
         do {
             let previous = seen.value
             var updated: [CollectionSpec: Seen] = [:]
             try storage.read { reader in
-                for spec in watched {
+                for spec in watched.union(try Database.collectionSpecs(reader)) {
                     let lastDocument = try reader.lastSequence(in: spec.documentsKeyspace)
                     let lastPurge = try reader.lastSequence(in: spec.purgeLogKeyspace)
-                    guard var mark = previous[spec] else {
-                        // Newly watched: start from now.
-                        updated[spec] = Seen(documents: lastDocument, purges: lastPurge)
-                        continue
-                    }
+                    updated[spec] = Seen(documents: lastDocument, purges: lastPurge)
+                    // Not seen before (the first poll after opening, or a collection another
+                    // process created since the last poll): start from now.
+                    guard var mark = previous[spec], watched.contains(spec) else { continue }
                     // A dropped and re-created keyspace restarts its sequences.
                     if lastDocument < mark.documents { mark.documents = 0 }
                     if lastPurge < mark.purges { mark.purges = 0 }
@@ -137,7 +136,6 @@ final class ChangeNotifier: Sendable {
                             return true
                         }
                     }
-                    updated[spec] = Seen(documents: lastDocument, purges: lastPurge)
                     if !ids.isEmpty { batches[spec] = ids }
                 }
             }

@@ -157,6 +157,39 @@ import Testing
 }
 
 @Suite struct ListenerLifecycleTests {
+    /// A listener added while a write is committing gets that write, even when the caller's
+    /// own read (right after adding it) came before the commit: the race that once left a
+    /// continuous pull without a document written over REST while its changes feed started.
+    @Test(arguments: Backend.available)
+    func listenerAddedWhileAWriteCommitsGetsThatWrite(_ backend: Backend) async throws {
+        try await withDatabase(backend) { db, _ in
+            let c = try db.defaultCollection()
+            let engine = c.engine
+            let insideWrite = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+            // A save that stops inside its write transaction (on the writer queue, not a
+            // cooperative thread) until the test lets it commit.
+            let write = Task {
+                try await db.write { writer in
+                    insideWrite.signal()
+                    _ = release.wait(timeout: .now() + 120)
+                    var doc = MutableDocument(id: "racing", data: ["n": 1])
+                    return try engine.save(&doc, concurrencyControl: .lastWriteWins, deleting: false, writer)
+                }
+            }
+            let deadline = ContinuousClock.now + .seconds(60)
+            while insideWrite.wait(timeout: .now()) == .timedOut, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            let seen = Collected<CollectionChange>()
+            let token = c.addChangeListener { seen.append($0) }
+            #expect(try await c.document(id: "racing") == nil, "the caller's read comes before the commit")
+            release.signal()
+            #expect(try await write.value)
+            #expect(await seen.wait { $0.flatMap(\.documentIDs).contains("racing") }, "\(seen.all.map(\.documentIDs))")
+            token.remove()
+        }
+    }
+
     @Test func streamsOnAClosedDatabaseEndAtOnce() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
