@@ -182,7 +182,9 @@ public actor BLIPConnection {
     ///
     /// With `concurrent: true` each request of this profile runs in its own task, so a slow
     /// handler (one that itself waits for the peer, e.g. a `rev` handler fetching blobs) does
-    /// not hold back the requests behind it; its response is sent when it finishes.
+    /// not hold back the requests behind it; its response is sent when it finishes. Requests of
+    /// the other profiles are answered one at a time in arrival order, and never hold back a
+    /// concurrent request that arrives while one of them runs.
     public func setHandler(profile: String, concurrent: Bool = false, _ handler: @escaping Handler) {
         setStreamingHandler(profile: profile, concurrent: concurrent) { request in
             try await handler(request).map { .message($0) }
@@ -207,7 +209,7 @@ public actor BLIPConnection {
         tasks.append(Task { [weak self] in
             for await request in stream {
                 guard let self else { return }
-                await self.dispatch(request)
+                await self.respond(to: request)
             }
         })
     }
@@ -743,7 +745,7 @@ public actor BLIPConnection {
                     guard let partial = partialRequests.removeValue(forKey: number) else { continue }
                     let message = BLIPMessage(type: .request, number: number, flags: partial.flags,
                                               properties: partial.properties, body: partial.body)
-                    requestQueue?.yield(BLIPRequest(message: message))
+                    dispatch(BLIPRequest(message: message))
                 } else if let pending = pendingResponses.removeValue(forKey: number), let continuation = pending.continuation {
                     let message = BLIPMessage(type: pending.type, number: number, flags: pending.flags,
                                               properties: pending.properties, body: pending.body)
@@ -846,11 +848,15 @@ public actor BLIPConnection {
 
     // MARK: - Dispatching
 
-    private func dispatch(_ request: BLIPRequest) async {
+    /// A request of a concurrent profile runs in its own task at once; the others are answered
+    /// one at a time, in order, by the dispatch task. A slow sequential handler therefore never
+    /// holds back a concurrent request behind it (a `changes` handler waiting for revisions
+    /// that this very connection's `rev`s are bringing would otherwise wait for itself).
+    private func dispatch(_ request: BLIPRequest) {
         if let profile = request.profile, concurrentProfiles.contains(profile) {
             Task { await self.respond(to: request) }
         } else {
-            await respond(to: request)
+            requestQueue?.yield(request)
         }
     }
 
