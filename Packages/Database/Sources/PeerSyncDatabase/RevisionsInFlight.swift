@@ -90,15 +90,25 @@ public final class RevisionsInFlight: Sendable {
     /// How many revisions are claimed (for tests).
     public var count: Int { state.withLock { $0.claims.count } }
 
-    /// Suspends until every one of `keys` is released, or `timeout` passes (then returns
-    /// anyway: the caller reads the database and decides). Not cancellable beyond `timeout`.
-    public func waitForRelease(of keys: Set<String>, timeout: Duration) async {
-        let deadline = ContinuousClock.now + timeout
+    /// Suspends until every one of `keys` is released, or until none of them was released for
+    /// `quietLimit` (their claimant stalled), or `totalLimit` passes; then returns anyway (the
+    /// caller reads the database and decides). A claimant that keeps delivering is waited for
+    /// however slow the machine, up to `totalLimit`. Not cancellable.
+    public func waitForRelease(of keys: Set<String>, quietLimit: Duration, totalLimit: Duration) async {
+        let deadline = ContinuousClock.now + totalLimit
         for key in keys {
             let remaining = deadline - .now
             guard remaining > .zero else { return }
-            await waitForRelease(of: key, timeout: remaining)
+            // Each wait starts after the previous key was released: progress restarts the quiet limit.
+            await waitForRelease(of: key, timeout: min(quietLimit, remaining))
+            if state.withLock({ $0.claims[key] != nil }) { return }
         }
+    }
+
+    /// Suspends until every one of `keys` is released, or `timeout` passes (then returns
+    /// anyway: the caller reads the database and decides). Not cancellable beyond `timeout`.
+    public func waitForRelease(of keys: Set<String>, timeout: Duration) async {
+        await waitForRelease(of: keys, quietLimit: timeout, totalLimit: timeout)
     }
 
     private func waitForRelease(of key: String, timeout: Duration) async {

@@ -41,4 +41,29 @@ struct RevisionsInFlightTests {
         // Nothing claimed: no wait at all.
         await registry.waitForRelease(of: ["unclaimed"], timeout: .seconds(600))
     }
+
+    @Test("a claimant that keeps delivering is waited for; a stalled one only for the quiet limit")
+    func quietLimit() async throws {
+        let registry = RevisionsInFlight()
+        let a = Owner()
+        let keys = try (0..<3).map { RevisionsInFlight.key(collection: "c", docID: "d\($0)", revID: try RevisionID("1-aa")) }
+        _ = registry.claim(keys, owner: ObjectIdentifier(a))
+        // The claimant delivers one every 50 ms: the wait lasts until the last one.
+        let deliveries = Task {
+            for key in keys {
+                try? await Task.sleep(for: .milliseconds(50))
+                registry.release(key, owner: ObjectIdentifier(a))
+            }
+        }
+        await registry.waitForRelease(of: Set(keys), quietLimit: .seconds(600), totalLimit: .seconds(600))
+        #expect(registry.count == 0, "the wait ended before the last delivery")
+        await deliveries.value
+        // Stalled: nothing released — the wait ends after the quiet limit, not the total limit
+        // (the suite's 1-minute limit fails it otherwise).
+        _ = registry.claim(keys, owner: ObjectIdentifier(a))
+        let start = ContinuousClock.now
+        await registry.waitForRelease(of: Set(keys), quietLimit: .milliseconds(100), totalLimit: .seconds(600))
+        #expect(ContinuousClock.now - start >= .milliseconds(100))
+        #expect(registry.count == 3)
+    }
 }

@@ -333,8 +333,13 @@ actor Puller {
     }
 
     /// How long a batch's answer waits for revisions that another session of this database is
-    /// fetching (then it reads the database again, and asks for what is still missing).
-    var claimWaitLimit: Duration { min(context.replyTimeout / 4, .seconds(2)) }
+    /// fetching (then it reads the database again, and asks for what is still missing): as
+    /// long as that session keeps delivering them — until none arrived for
+    /// ``claimQuietLimit`` — and at most a quarter of the reply timeout, well before the
+    /// peer gives up on the answer.
+    var claimWaitLimit: Duration { context.replyTimeout / 4 }
+    /// The claim wait ends when none of the awaited revisions arrived for this long.
+    var claimQuietLimit: Duration { min(context.replyTimeout / 4, .seconds(2)) }
 
     /// Claims `wanted` in the database's ``RevisionsInFlight``. Those another session (another
     /// link) is fetching are waited for (at most ``claimWaitLimit``), read again and returned
@@ -347,7 +352,7 @@ actor Puller {
         let keyed = wanted.map { (RevisionsInFlight.key(collection: name, docID: $0.docID, revID: $0.revID), $0) }
         let others = inFlight.claim(keyed.map(\.0), owner: owner)
         guard !others.isEmpty else { return [] }
-        await inFlight.waitForRelease(of: others, timeout: claimWaitLimit)
+        await inFlight.waitForRelease(of: others, quietLimit: claimQuietLimit, totalLimit: claimWaitLimit)
         let deferred = keyed.filter { others.contains($0.0) }
         let trees = try await readTrees(deferred.map(\.1.entry), docIDAt: offset)
         return deferred.map { key, w in
