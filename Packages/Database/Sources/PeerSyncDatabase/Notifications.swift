@@ -211,6 +211,20 @@ extension Collection {
         return stream
     }
 
+    /// A signal for each commit that changed this collection, for a consumer that re-reads
+    /// the changes feed itself (the replicator's pusher): it holds at most one pending signal
+    /// (`bufferingNewest(1)`), so a consumer busy for a long time does not accumulate a
+    /// value per commit. Ends like ``changeStream()``.
+    @_spi(Replication)
+    public func changeSignals() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let token = addNotifierListener(docID: nil, finish: { continuation.finish() }) { _, _ in
+            continuation.yield()
+        }
+        continuation.onTermination = { _ in token.remove() }
+        return stream
+    }
+
     /// Same as ``changeStream()``.
     public var changes: AsyncStream<CollectionChange> { changeStream() }
 

@@ -36,6 +36,12 @@ actor Pusher {
     let collectionIsPulled: Bool
     /// Batches of a push in flight at once (their `rev`s overlap on the connection).
     static let pipelineDepth = 4
+    /// `rev`s of one batch sent and awaiting their reply at once, so a pusher has at most
+    /// ``pipelineDepth`` × this in flight. Each holds a task until its reply, and on a busy
+    /// connection the replies come late: without a window a mesh peer's pushers held
+    /// hundreds of thousands of them (LiteCore similarly keeps 10 `rev`s transmitting and at
+    /// most 2 MB awaiting replies).
+    static let revisionsInFlightPerBatch = 50
 
     /// Passive: the tasks serving the peer's subscriptions (cancelled by ``stop()``).
     private var subscriptions: [Task<Void, Never>] = []
@@ -113,7 +119,7 @@ actor Pusher {
     private func run(since start: UInt64, continuous: Bool, mode: Mode, docIDs: Set<String>?, activeOnly: Bool,
                      progress: @escaping @Sendable (UInt64) async -> Void) async throws {
         let sc = collection, index = self.index
-        let stream = continuous ? sc.collection.changeStream() : nil
+        let stream = continuous ? sc.collection.changeSignals() : nil
         var since = start
         var sentCaughtUp = false
         var pipeline = Pipeline()
@@ -296,18 +302,11 @@ actor Pusher {
                 }
             }
             let offer = RevisionOffer(reply: reply)
-            let outcomes = try await withThrowingTaskGroup(of: (Proposal, PeerSyncError?).self) { group in
-                for p in toSend {
-                    group.addTask {
-                        let error = try await self.sendRev(docID: p.docID, revID: p.revID, sequence: String(p.sequence),
-                                                           known: p.serverRev.map { [$0] } ?? [], offer: offer,
-                                                           noConflicts: true, prefetched: prefetched[p.docID])
-                        return (p, error)
-                    }
-                }
-                var out: [(Proposal, PeerSyncError?)] = []
-                for try await r in group { out.append(r) }
-                return out
+            let outcomes = try await mapConcurrently(toSend, width: Self.revisionsInFlightPerBatch) { p in
+                let error = try await self.sendRev(docID: p.docID, revID: p.revID, sequence: String(p.sequence),
+                                                   known: p.serverRev.map { [$0] } ?? [], offer: offer,
+                                                   noConflicts: true, prefetched: prefetched[p.docID])
+                return (p, error)
             }
             for (p, error) in outcomes {
                 if let error, error.code == .conflict, attempts < 4, let outcome = try await settleSupersedingRefusal(p) {
@@ -442,20 +441,16 @@ actor Pusher {
                                                     flags: [.compressed]), "changes").checked("changes")
         let answers = try JSONValue.parse(reply.body, "changes reply").arrayValue ?? []
         let offer = RevisionOffer(reply: reply)
-        let outcomes = try await withThrowingTaskGroup(of: (ChangeEntry, PeerSyncError?).self) { group in
-            for (i, c) in changes.enumerated() {
-                guard i < answers.count, let known = answers[i].arrayValue else { continue }
-                let knownRevs = known.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } }
-                group.addTask {
-                    let error = try await self.sendRev(docID: c.docID, revID: c.revID, sequence: String(c.sequence),
-                                                       known: knownRevs, offer: offer, noConflicts: false,
-                                                       prefetched: prefetched[c.docID])
-                    return (c, error)
-                }
-            }
-            var out: [(ChangeEntry, PeerSyncError?)] = []
-            for try await r in group { out.append(r) }
-            return out
+        // The entries the peer wants, with the revisions it knows of each.
+        let wanted = changes.enumerated().compactMap { i, c -> (ChangeEntry, [RevisionID])? in
+            guard i < answers.count, let known = answers[i].arrayValue else { return nil }
+            return (c, known.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } })
+        }
+        let outcomes = try await mapConcurrently(wanted, width: Self.revisionsInFlightPerBatch) { c, knownRevs in
+            let error = try await self.sendRev(docID: c.docID, revID: c.revID, sequence: String(c.sequence),
+                                               known: knownRevs, offer: offer, noConflicts: false,
+                                               prefetched: prefetched[c.docID])
+            return (c, error)
         }
         var docs: [ReplicatedDocument] = []
         for (c, error) in outcomes {

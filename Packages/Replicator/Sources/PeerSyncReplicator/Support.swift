@@ -177,3 +177,27 @@ extension BLIPConnection {
         }
     }
 }
+
+/// `body` applied to every element of `items` with at most `width` running at once (the next
+/// element starts when one finishes), the results in completion order. The first error is
+/// thrown and cancels the others.
+func mapConcurrently<T: Sendable, R: Sendable>(_ items: [T], width: Int,
+                                               _ body: @escaping @Sendable (T) async throws -> R) async throws -> [R] {
+    try await withThrowingTaskGroup(of: R.self) { group in
+        var results: [R] = []
+        results.reserveCapacity(items.count)
+        var next = items.startIndex
+        func startNext() {
+            guard next < items.endIndex else { return }
+            let item = items[next]
+            next += 1
+            group.addTask { try await body(item) }
+        }
+        for _ in 0..<max(1, width) { startNext() }
+        while let result = try await group.next() {
+            results.append(result)
+            startNext()
+        }
+        return results
+    }
+}
