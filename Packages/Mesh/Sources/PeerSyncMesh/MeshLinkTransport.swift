@@ -4,11 +4,12 @@ import PeerSyncDiscovery
 import PeerSyncTransport
 
 /// A way the mesh reaches peers, as Couchbase Lite's `MultipeerTransport` names them: Wi-Fi
-/// (DNS-SD discovery + WebSocket over mutual TLS) and, later, Bluetooth LE.
+/// (DNS-SD discovery + WebSocket over mutual TLS) and Bluetooth LE (BLE discovery + an L2CAP
+/// channel carrying mutual TLS). Wi-Fi is preferred where both reach a peer.
 public enum MultipeerTransport: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// DNS-SD discovery and WebSocket over mutual TLS on the local network.
     case wifi
-    /// Bluetooth LE discovery and an L2CAP channel (not built yet: see issue 12).
+    /// Bluetooth LE discovery and an L2CAP channel carrying mutual TLS (`PeerSyncMeshBluetooth`).
     case bluetooth
 
     public var description: String { rawValue }
@@ -53,8 +54,8 @@ public struct MeshListeningAddress: Sendable, Hashable {
 
 /// The plug-in point between the mesh and a network: accepts authenticated links from peers
 /// and dials peers found by a ``Discovery``. Wi-Fi's is WebSocket over mutual TLS
-/// (`PeerSyncMeshWiFi`), tests and simulations use an in-process one over loopback links, and
-/// Bluetooth LE will add a third. The mesh owns the topology (whom to dial, duplicates,
+/// (`PeerSyncMeshWiFi`), Bluetooth LE's an L2CAP channel carrying mutual TLS
+/// (`PeerSyncMeshBluetooth`), and tests and simulations use an in-process one over loopback links. The mesh owns the topology (whom to dial, duplicates,
 /// back-off); a transport only moves bytes and proves identities.
 ///
 /// Contract:

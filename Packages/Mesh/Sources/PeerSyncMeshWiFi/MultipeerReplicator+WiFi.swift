@@ -13,7 +13,8 @@ extension MultipeerReplicator {
     /// `avahi-daemon` if it is not running (the Wi-Fi status says so).
     ///
     /// - Throws: ``PeerSyncError/Code/invalidArgument`` if `config.transports` lists
-    ///   ``MultipeerTransport/bluetooth`` ("Bluetooth LE is not built yet", issue 12), for
+    ///   ``MultipeerTransport/bluetooth`` (that needs `PeerSyncMeshBluetooth`'s
+    ///   `init(config:wifi:bluetooth:)`), for
     ///   invalid `wifi` options or tunables (see ``init(config:networks:)``);
     ///   ``PeerSyncError/Code/io`` if the discovery's thread cannot start.
     public convenience init(config: MultipeerReplicatorConfiguration,
@@ -22,17 +23,22 @@ extension MultipeerReplicator {
         for transport in MultipeerTransport.allCases where config.transports.contains(transport) {
             switch transport {
             case .wifi:
-                var dnssd = DNSSDConfiguration()
-                dnssd.interface = wifi.interface
-                networks.append(MeshNetwork(discovery: try DNSSDDiscovery(configuration: dnssd),
-                                            links: try WiFiMeshLinkTransport(options: wifi)))
+                networks.append(try Self.wifiNetwork(wifi))
             case .bluetooth:
                 throw PeerSyncError(.invalidArgument,
-                                    "Bluetooth LE is not built yet (issue 12): use transports [.wifi]",
+                                    "Bluetooth LE needs PeerSyncMeshBluetooth (the BLE trait) and its MultipeerReplicator(config:wifi:bluetooth:)",
                                     context: ["transport": transport.rawValue])
             }
         }
         try self.init(config: config, networks: networks)
+    }
+
+    /// The Wi-Fi network of ``init(config:wifi:)``: DNS-SD through Avahi (on `wifi.interface`
+    /// when set) and ``WiFiMeshLinkTransport``. Throws as that initializer.
+    package static func wifiNetwork(_ wifi: MultipeerWiFiOptions) throws -> MeshNetwork {
+        var dnssd = DNSSDConfiguration()
+        dnssd.interface = wifi.interface
+        return MeshNetwork(discovery: try DNSSDDiscovery(configuration: dnssd), links: try WiFiMeshLinkTransport(options: wifi))
     }
 
     /// The Wi-Fi link transport of a replicator made by ``init(config:wifi:)`` (its

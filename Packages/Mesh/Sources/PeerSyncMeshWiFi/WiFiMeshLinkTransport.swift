@@ -56,7 +56,7 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
         /// The stream of the current start, handed out by ``incomingLinks()``.
         var incoming: AsyncStream<any MessageConnection>?
         /// Every link dialled or accepted since the last start, weakly.
-        var links = LinkRegistry()
+        var links = MeshLinkRegistry()
     }
 
     private let state = LockedValue(State())
@@ -124,7 +124,7 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
         }
         state.withLock { s in
             s.running = Running(context: context, server: server, incoming: continuation)
-            s.links = LinkRegistry()
+            s.links = MeshLinkRegistry()
         }
         let addresses = options.interface == nil ? options.bindAddress.map { [$0] } ?? [] : []
         return MeshListeningAddress(port: UInt16(server.port), addresses: addresses)
@@ -191,7 +191,7 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
             s.running = nil
             s.incoming = nil
             let links = s.links.open()
-            s.links = LinkRegistry()
+            s.links = MeshLinkRegistry()
             return (running, links)
         }
         guard let running else { return }
@@ -232,27 +232,5 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
         }
         if admitted, case .enqueued = continuation.yield(connection) { return }
         await connection.close(code: .goingAway, reason: "the mesh stopped")
-    }
-}
-
-/// The links of one start, held weakly: the mesh owns them, and a link it dropped must not be
-/// kept alive here (dropping the last reference is how a ``MessageConnection`` breaks its link).
-struct LinkRegistry: Sendable {
-    private final class WeakLink: Sendable {
-        weak let connection: WebSocketConnection?
-        init(_ connection: WebSocketConnection) { self.connection = connection }
-    }
-
-    private var links: [ObjectIdentifier: WeakLink] = [:]
-
-    /// Adds `connection`, and forgets links that were released or closed meanwhile.
-    mutating func add(_ connection: WebSocketConnection) {
-        links = links.filter { $0.value.connection.map { !$0.isClosed } ?? false }
-        links[ObjectIdentifier(connection)] = WeakLink(connection)
-    }
-
-    /// The links still open.
-    func open() -> [any MessageConnection] {
-        links.values.compactMap { $0.connection }.filter { !$0.isClosed }
     }
 }

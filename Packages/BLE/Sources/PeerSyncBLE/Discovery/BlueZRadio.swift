@@ -71,7 +71,6 @@ final class BlueZRadio: BLERadio {
     func scan() async throws -> AsyncThrowingStream<BLESighting, any Error> {
         let reports = try await adapter.get().scan()
         let (sightings, continuation) = AsyncThrowingStream<BLESighting, any Error>.makeStream(bufferingPolicy: .bufferingNewest(256))
-        let state = self.state
         let pump = Task {
             // The last advertising data and scan response of each address: a sighting needs both.
             var advertisingData: [String: [UInt8]] = [:]
