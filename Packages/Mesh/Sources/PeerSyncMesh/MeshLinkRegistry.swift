@@ -24,4 +24,13 @@ package struct MeshLinkRegistry: Sendable {
     package func open() -> [any MessageConnection] {
         links.values.compactMap { $0.connection }.filter { !$0.isClosed }
     }
+
+    /// Closes `links` (what ``open()`` returned when the transport stopped) side by side.
+    package static func close(_ links: [any MessageConnection]) async {
+        await withTaskGroup(of: Void.self) { group in
+            for link in links {
+                group.addTask { await link.close(code: .goingAway, reason: "the mesh stopped") }
+            }
+        }
+    }
 }

@@ -36,6 +36,23 @@ public struct MeshLinkContext: Sendable {
         self.authenticate = authenticate
         self.handshakeTimeout = handshakeTimeout
     }
+
+    /// Mutual TLS for accepting links: presents ``identity``, requires a client certificate
+    /// and lets ``authenticate`` alone judge it, within ``handshakeTimeout``.
+    package var serverTLS: TLSConfiguration {
+        var tls = TLSConfiguration.server(identity: identity, clientCertificateValidation: .callback(authenticate))
+        tls.handshakeTimeout = handshakeTimeout
+        return tls
+    }
+
+    /// Mutual TLS for dialling: presents ``identity`` as the client certificate and lets
+    /// ``authenticate`` alone judge the server's (no host name check), within ``handshakeTimeout``.
+    package var clientTLS: TLSConfiguration {
+        var tls = TLSConfiguration.client(serverName: nil, identity: identity)
+        tls.serverCertificateCallback = authenticate
+        tls.handshakeTimeout = handshakeTimeout
+        return tls
+    }
 }
 
 /// Where a started ``MeshLinkTransport`` accepts links: what the mesh publishes through its

@@ -79,8 +79,7 @@ public final class BluetoothMeshLinkTransport: MeshLinkTransport {
         }
         guard reserved else { throw PeerSyncError(.invalidArgument, "the Bluetooth link transport is already started") }
         var listenOptions = BLEListenOptions()
-        listenOptions.tls = TLSConfiguration.server(identity: context.identity,
-                                                    clientCertificateValidation: .callback(context.authenticate))
+        listenOptions.tls = context.serverTLS
         listenOptions.handshakeTimeout = context.handshakeTimeout
         listenOptions.connection = connectionConfiguration
         listenOptions.subprotocol = options.subprotocol
@@ -123,41 +122,25 @@ public final class BluetoothMeshLinkTransport: MeshLinkTransport {
             throw PeerSyncError(.closed, "the Bluetooth link transport is not started")
         }
         var connectOptions = BLEConnectOptions()
-        var tls = TLSConfiguration.client(serverName: nil, identity: context.identity)
-        tls.serverCertificateCallback = context.authenticate
-        connectOptions.tls = tls
+        connectOptions.tls = context.clientTLS
         connectOptions.handshakeTimeout = context.handshakeTimeout
         connectOptions.connectTimeout = options.connectTimeout
         connectOptions.connection = connectionConfiguration
         connectOptions.subprotocol = options.subprotocol
-        var lastError: any Error = PeerSyncError(.connectionRefused, "the peer announced no Bluetooth address",
-                                                 context: ["peerID": peer.peerID.rawValue])
-        for address in peer.addresses {
-            do {
-                let endpoint = try Endpoint(scheme: "l2cap", host: address, port: Int(peer.port))
-                let connection = try await BLETransport(connector: connector).connectBLE(to: endpoint, options: connectOptions)
-                let registered = state.withLock { s -> Bool in
-                    guard s.running != nil else { return false }
-                    s.links.add(connection)
-                    return true
-                }
-                guard registered else {
-                    await connection.close(code: .goingAway, reason: "the mesh stopped")
-                    throw PeerSyncError(.closed, "the Bluetooth link transport stopped while dialling")
-                }
-                return connection
-            } catch let error as PeerSyncError where error.isCertificateTrustFailure {
-                var errorContext = error.context
-                errorContext["peerID"] = peer.peerID.rawValue
-                errorContext["address"] = "\(address)#\(peer.port)"
-                throw PeerSyncError(.certificateRejected, error.message, context: errorContext)
-            } catch let error as PeerSyncError where error.code == .closed {
-                throw error
-            } catch {
-                lastError = error
+        return try await MeshDialing.eachAddress(of: peer) { address in
+            let endpoint = try Endpoint(scheme: "l2cap", host: address, port: Int(peer.port))
+            let connection = try await BLETransport(connector: connector).connectBLE(to: endpoint, options: connectOptions)
+            let registered = state.withLock { s -> Bool in
+                guard s.running != nil else { return false }
+                s.links.add(connection)
+                return true
             }
+            guard registered else {
+                await connection.close(code: .goingAway, reason: "the mesh stopped")
+                throw PeerSyncError(.closed, "the Bluetooth link transport stopped while dialling")
+            }
+            return connection
         }
-        throw lastError
     }
 
     /// Stops accepting, ends ``incomingLinks()`` and closes every link still open. Idempotent.
@@ -173,11 +156,7 @@ public final class BluetoothMeshLinkTransport: MeshLinkTransport {
         await running.listener.close()
         running.acceptor.cancel()
         running.incoming.finish()
-        await withTaskGroup(of: Void.self) { group in
-            for link in links {
-                group.addTask { await link.close(code: .goingAway, reason: "the mesh stopped") }
-            }
-        }
+        await MeshLinkRegistry.close(links)
     }
 
     private var connectionConfiguration: WebSocketConfiguration {

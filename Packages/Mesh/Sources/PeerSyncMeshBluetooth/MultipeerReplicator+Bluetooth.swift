@@ -22,16 +22,9 @@ extension MultipeerReplicator {
     ///   cannot start.
     public convenience init(config: MultipeerReplicatorConfiguration, wifi: MultipeerWiFiOptions = MultipeerWiFiOptions(),
                             bluetooth: MultipeerBluetoothOptions) throws {
-        var networks: [MeshNetwork] = []
-        for transport in MultipeerTransport.allCases where config.transports.contains(transport) {
-            switch transport {
-            case .wifi:
-                networks.append(try Self.wifiNetwork(wifi))
-            case .bluetooth:
-                networks.append(MeshNetwork(discovery: try BLEDiscovery(configuration: bluetooth.discovery),
-                                            links: try BluetoothMeshLinkTransport(connector: BlueZL2CAPConnector(),
-                                                                                  options: bluetooth)))
-            }
+        let networks = try Self.networks(for: config, wifi: wifi) {
+            MeshNetwork(discovery: try BLEDiscovery(configuration: bluetooth.discovery),
+                        links: try BluetoothMeshLinkTransport(connector: BlueZL2CAPConnector(), options: bluetooth))
         }
         try self.init(config: config, networks: networks)
     }

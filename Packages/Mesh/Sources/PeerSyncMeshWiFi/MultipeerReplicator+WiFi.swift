@@ -19,18 +19,26 @@ extension MultipeerReplicator {
     ///   ``PeerSyncError/Code/io`` if the discovery's thread cannot start.
     public convenience init(config: MultipeerReplicatorConfiguration,
                             wifi: MultipeerWiFiOptions = MultipeerWiFiOptions()) throws {
-        var networks: [MeshNetwork] = []
-        for transport in MultipeerTransport.allCases where config.transports.contains(transport) {
+        try self.init(config: config, networks: Self.networks(for: config, wifi: wifi, bluetooth: nil))
+    }
+
+    /// The networks of `config.transports`, Wi-Fi's from `wifi`, Bluetooth's from `bluetooth`
+    /// (nil: `invalidArgument`, Bluetooth needs `PeerSyncMeshBluetooth`), in preference order.
+    package static func networks(for config: MultipeerReplicatorConfiguration, wifi: MultipeerWiFiOptions,
+                                 bluetooth: (() throws -> MeshNetwork)?) throws -> [MeshNetwork] {
+        try MultipeerTransport.allCases.filter(config.transports.contains).map { transport in
             switch transport {
             case .wifi:
-                networks.append(try Self.wifiNetwork(wifi))
+                return try wifiNetwork(wifi)
             case .bluetooth:
-                throw PeerSyncError(.invalidArgument,
-                                    "Bluetooth LE needs PeerSyncMeshBluetooth (the BLE trait) and its MultipeerReplicator(config:wifi:bluetooth:)",
-                                    context: ["transport": transport.rawValue])
+                guard let bluetooth else {
+                    throw PeerSyncError(.invalidArgument,
+                                        "Bluetooth LE needs PeerSyncMeshBluetooth (the BLE trait) and its MultipeerReplicator(config:wifi:bluetooth:)",
+                                        context: ["transport": transport.rawValue])
+                }
+                return try bluetooth()
             }
         }
-        try self.init(config: config, networks: networks)
     }
 
     /// The Wi-Fi network of ``init(config:wifi:)``: DNS-SD through Avahi (on `wifi.interface`

@@ -15,8 +15,7 @@ import Testing
 @Suite struct MeshTransportSwitchingTests {
     /// Seeds of ``seededCutRestoreSchedules(batch:)``: 50 by default (10 under a sanitizer);
     /// `PEERSYNC_MESH_SWITCH_SEEDS=N` runs N.
-    static let seedCount = max(1, ProcessInfo.processInfo.environment["PEERSYNC_MESH_SWITCH_SEEDS"].flatMap { Int($0) }
-                                   ?? (underSanitizer ? 10 : 50))
+    static let seedCount = PeerSyncMeshTests.seedCount("PEERSYNC_MESH_SWITCH_SEEDS", normal: 50, sanitized: 10)
     /// Five batches run side by side; the seeds of a batch one after another.
     static let batches = 0..<min(5, seedCount)
 

@@ -29,6 +29,12 @@ let underSanitizer = ProcessInfo.processInfo.environment["PEERSYNC_SANITIZER"] !
 /// chosen so the test's claim still holds, e.g. more peers than the degree bound).
 func meshSize(_ full: Int, sanitized: Int) -> Int { underSanitizer ? sanitized : full }
 
+/// How many seeds a seeded test runs: the number in the environment variable `variable` (e.g.
+/// `PEERSYNC_MESH_SEEDS=1000` once), else `normal`, or `sanitized` under a sanitizer.
+func seedCount(_ variable: String, normal: Int, sanitized: Int) -> Int {
+    max(1, ProcessInfo.processInfo.environment[variable].flatMap { Int($0) } ?? (underSanitizer ? sanitized : normal))
+}
+
 /// Polls `condition` every 50 ms until it holds or `timeout` (stretched by ``slowFactor``)
 /// passes; returns whether it held.
 func eventually(_ timeout: Duration, _ condition: () async throws -> Bool) async throws -> Bool {
