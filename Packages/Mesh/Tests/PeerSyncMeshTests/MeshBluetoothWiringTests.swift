@@ -52,7 +52,7 @@ import Testing
         try await withConfiguration(transports: [.wifi, .bluetooth]) { config in
             let error = #expect(throws: PeerSyncError.self) { _ = try MultipeerReplicator(config: config) }
             #expect(error?.code == .invalidArgument)
-            #expect(error?.message.contains("init(config:wifi:bluetooth:)") == true)
+            #expect(error?.message.contains("MultipeerReplicator(config:wifi:bluetooth:)") == true)
         }
     }
 
