@@ -28,6 +28,7 @@
 // | Packages/Replicator| PeerSyncReplicator        | Database, BLIP, Transport  | —                  |
 // | Packages/Mesh      | PeerSyncMesh              | Replicator, Discovery, Auth| —                  |
 // |                    | PeerSyncMeshWiFi          | Mesh, DNSSD, WebSocket     | —                  |
+// |                    | PeerSyncMeshBluetooth     | MeshWiFi, BLE              | —                  |
 // | Packages/BLE       | PeerSyncBLE               | WebSocket, Discovery       | CBlueZ (bluetooth) |
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | all a sync app needs (+ traits) | —              |
@@ -109,6 +110,7 @@ let package = Package(
         .library(name: "PeerSyncMesh", targets: ["PeerSyncMesh"]),
         .library(name: "PeerSyncMeshWiFi", targets: ["PeerSyncMeshWiFi"]),
         .library(name: "PeerSyncBLE", targets: ["PeerSyncBLE"]),
+        .library(name: "PeerSyncMeshBluetooth", targets: ["PeerSyncMeshBluetooth"]),
         .library(name: "PeerSync", targets: ["PeerSync"]),
         .executable(name: "peersync", targets: ["peersync"]),
         .executable(name: "example-tasklist", targets: ["example-tasklist"]),
@@ -271,9 +273,11 @@ let package = Package(
         library("PeerSyncMesh", folder: "Mesh",
                 dependencies: ["PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",
                                "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore"]),
+        // With the Bluetooth module: the Wi-Fi ⇄ Bluetooth switching runs over simulated BLE.
         tests("PeerSyncMeshTests", folder: "Mesh",
               dependencies: ["PeerSyncMesh", "PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",
                              "PeerSyncStorage", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore",
+                             "PeerSyncMeshBluetooth", "PeerSyncMeshWiFi", "PeerSyncBLE",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
         library("PeerSyncMeshWiFi", folder: "Mesh",
                 dependencies: ["PeerSyncMesh", "PeerSyncDNSSD", "PeerSyncDiscovery", "PeerSyncWebSocket", "PeerSyncPosix",
@@ -283,6 +287,10 @@ let package = Package(
                              "PeerSyncAuth", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncDatabase",
                              "PeerSyncStorage", "PeerSyncCore",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
+        // The mesh on Bluetooth LE, and Wi-Fi ⇄ Bluetooth wiring (used with the BLE trait).
+        library("PeerSyncMeshBluetooth", folder: "Mesh",
+                dependencies: ["PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncBLE", "PeerSyncDiscovery", "PeerSyncWebSocket",
+                               "PeerSyncAuth", "PeerSyncTransport", "PeerSyncCore"]),
 
         // MARK: Umbrella and CLI
         .target(
@@ -298,6 +306,7 @@ let package = Package(
                 .target(name: "PeerSyncMesh", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncMeshWiFi", condition: .when(traits: ["Mesh"])),
                 .target(name: "PeerSyncBLE", condition: .when(traits: ["BLE"])),
+                .target(name: "PeerSyncMeshBluetooth", condition: .when(traits: ["BLE"])),
             ],
             path: "Packages/PeerSync/Sources/PeerSync",
             swiftSettings: swiftSettings
@@ -309,6 +318,7 @@ let package = Package(
                 "PeerSyncListener", "PeerSyncReplicator", "PeerSyncTransport", "PeerSyncWebSocket", "PeerSyncWebSocketReplication",
                 "PeerSyncPosix", "PeerSyncLoopback", "PeerSyncMesh", "PeerSyncMeshWiFi", "PeerSyncDiscovery", "PeerSyncBLIP",
                 .target(name: "PeerSyncBLE", condition: .when(traits: ["BLE"])),
+                .target(name: "PeerSyncMeshBluetooth", condition: .when(traits: ["BLE"])),
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                 .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"])),

@@ -6,9 +6,12 @@ import PeerSyncDiscovery
 import PeerSyncMesh
 import PeerSyncMeshWiFi
 import PeerSyncReplicator
+#if BLE
+import PeerSyncMeshBluetooth
+#endif
 
 /// `peersync --db DIR [--backend B] [--collection SCOPE.NAME] mesh --group G --identity LABEL
-///  [--keystore DIR] [--trust-root FILE]... [--port P] [--interface IF] [--duration S] [--json]`
+///  [--keystore DIR] [--trust-root FILE]... [--port P] [--interface IF] [--transports LIST] [--duration S] [--json]`
 ///
 /// Joins peer group G on the local network (DNS-SD through the system's avahi-daemon, links
 /// over WebSocket with mutual TLS) and keeps the collection (default `_default._default`) in
@@ -24,6 +27,11 @@ import PeerSyncReplicator
 ///   nobody but itself (pass the peers' certificates or their CA with `--trust-root`).
 /// - `--port P`: the TLS listener's port (default 0: a free one). `--interface IF`: listen,
 ///   dial and discover on that interface only (default: every interface Avahi uses).
+/// - `--transports LIST`: `wifi` (default), `bluetooth` or `wifi,bluetooth` (needs the BLE
+///   trait). Wi-Fi is preferred where both reach a peer. Where Bluetooth is unavailable (no
+///   adapter, or a kernel without it) the mesh prints `status bluetooth: inactive (Bluetooth is
+///   not available on this system: …)` and carries on over Wi-Fi; with Bluetooth alone it
+///   exits 1 with that line.
 ///
 /// Output on stdout, one line per event as it happens (lines are prefixes a script can match;
 /// peer IDs in full):
@@ -47,7 +55,8 @@ import PeerSyncReplicator
 enum MeshCommand {
     static let usage = """
     usage: peersync --db DIR [--backend sqlite|lmdb] [--collection SCOPE.NAME] mesh --group G --identity LABEL
-             [--keystore DIR] [--trust-root FILE]... [--port P] [--interface IF] [--duration S] [--json]
+             [--keystore DIR] [--trust-root FILE]... [--port P] [--interface IF] [--transports wifi,bluetooth]
+             [--duration S] [--json]
     """
 
     private struct Settings {
@@ -59,6 +68,7 @@ enum MeshCommand {
         var keyStore: TLSKeyStore
         var trustRootFiles: [String]
         var wifi: MultipeerWiFiOptions
+        var transports: Set<MultipeerTransport>
         var duration: Duration?
         var json: Bool
     }
@@ -83,7 +93,7 @@ enum MeshCommand {
 
     private static func parse(_ args: [String]) throws(ReplicationCLIUsageError) -> Settings {
         let options = try ReplicationCLIOptions(args, valueOptions: ["db", "backend", "collection", "group", "identity", "keystore",
-                                                                     "trust-root", "port", "interface", "duration"],
+                                                                     "trust-root", "port", "interface", "transports", "duration"],
                                                 flagOptions: ["json"])
         guard options.positionals == ["mesh"] else {
             throw ReplicationCLIUsageError("unexpected arguments: \(options.positionals.filter { $0 != "mesh" }.joined(separator: " "))")
@@ -96,6 +106,16 @@ enum MeshCommand {
             guard let port = UInt16(text) else { throw ReplicationCLIUsageError("--port must be a number from 0 to 65535") }
             wifi.port = port
         }
+        var transports: Set<MultipeerTransport> = [.wifi]
+        if let text = options.value("transports") {
+            transports = []
+            for name in text.split(separator: ",", omittingEmptySubsequences: false) {
+                guard let transport = MultipeerTransport(rawValue: name.trimmingCharacters(in: .whitespaces).lowercased()) else {
+                    throw ReplicationCLIUsageError("--transports takes wifi, bluetooth or wifi,bluetooth, got '\(text)'")
+                }
+                transports.insert(transport)
+            }
+        }
         var duration: Duration?
         if let text = options.value("duration") {
             guard let seconds = Double(text), seconds > 0, seconds.isFinite else {
@@ -106,7 +126,7 @@ enum MeshCommand {
         return Settings(database: database, backend: options.value("backend"), collection: options.value("collection"),
                         group: group, identityLabel: label,
                         keyStore: options.value("keystore").map { TLSKeyStore(directory: $0) } ?? .default,
-                        trustRootFiles: options.values("trust-root"), wifi: wifi, duration: duration,
+                        trustRootFiles: options.values("trust-root"), wifi: wifi, transports: transports, duration: duration,
                         json: options.flag("json"))
     }
 
@@ -119,11 +139,12 @@ enum MeshCommand {
         let db = try await ReplicationCLI.openDatabase(settings.database, backend: settings.backend)
         do {
             let collection = try await DatabaseCommands.resolveCollection(settings.collection, in: db, create: true)
-            let config = try MultipeerReplicatorConfiguration(
+            var config = try MultipeerReplicatorConfiguration(
                 peerGroupID: settings.group, identity: identity,
                 authenticator: MultipeerCertificateAuthenticator(rootCerts: roots),
                 collections: [MultipeerCollectionConfiguration(collection: collection)])
-            let replicator = try MultipeerReplicator(config: config, wifi: settings.wifi)
+            config.transports = settings.transports
+            let replicator = try makeReplicator(config, settings)
             let printer = MeshEventPrinter(json: settings.json)
             let tokens = printer.listen(to: replicator)
             try await replicator.start()
@@ -146,6 +167,16 @@ enum MeshCommand {
             try? await db.close()
             throw error
         }
+    }
+
+    /// The replicator on the transports asked for; Bluetooth needs the BLE trait.
+    private static func makeReplicator(_ config: MultipeerReplicatorConfiguration, _ settings: Settings) throws -> MultipeerReplicator {
+        guard config.transports.contains(.bluetooth) else { return try MultipeerReplicator(config: config, wifi: settings.wifi) }
+        #if BLE
+        return try MultipeerReplicator(config: config, wifi: settings.wifi, bluetooth: MultipeerBluetoothOptions())
+        #else
+        throw PeerSyncError(.invalidArgument, "this peersync was built without Bluetooth (the BLE trait): use --transports wifi")
+        #endif
     }
 
     /// The certificates of every `--trust-root` file, or the root of `identity`'s own chain.

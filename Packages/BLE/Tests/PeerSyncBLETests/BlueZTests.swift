@@ -4,6 +4,7 @@ import Glibc
 import PeerSyncCore
 @testable import PeerSyncBLE
 import PeerSyncDiscovery
+import PeerSyncTransport
 import Testing
 
 /// The BlueZ layer cannot reach a radio here (no AF_BLUETOOTH in this kernel): what is
@@ -50,6 +51,31 @@ struct BlueZTests {
         #expect(await events.next()?.peer.name == publication.name)
         await discovery.shutdown()
         #expect(discovery.status == .stopped)
+    }
+
+    @Test("the BlueZ L2CAP connector and a BLE transport on it fail with the one clear error here",
+          .enabled(if: !kernelHasBluetooth, "this kernel has Bluetooth"))
+    func l2capConnectorUnavailableHere() async throws {
+        let connector = BlueZL2CAPConnector()
+        #expect(connector.unavailability?.code == .bluetoothUnavailable)
+        #expect(connector.localAddress.isEmpty)
+        let connect = await #expect(throws: PeerSyncError.self) {
+            _ = try await connector.connect(to: "00:11:22:33:44:55", psm: 0x80, timeout: .seconds(1))
+        }
+        #expect(connect?.code == .bluetoothUnavailable)
+        #expect(connect?.message.hasPrefix("Bluetooth is not available on this system: ") == true, "\(String(describing: connect))")
+        let listen = await #expect(throws: PeerSyncError.self) { _ = try await connector.listen(psm: nil) }
+        #expect(listen?.code == .bluetoothUnavailable)
+        // The transport above passes the error through unchanged, both ways.
+        let transport = BLETransport(connector: connector)
+        let dial = await #expect(throws: PeerSyncError.self) {
+            _ = try await transport.connectBLE(to: Endpoint(scheme: "l2cap", host: "00:11:22:33:44:55", port: 0x80))
+        }
+        #expect(dial?.code == .bluetoothUnavailable)
+        let serve = await #expect(throws: PeerSyncError.self) {
+            _ = try await transport.listenBLE(on: Endpoint(scheme: "l2cap", host: "local", port: 0))
+        }
+        #expect(serve?.code == .bluetoothUnavailable)
     }
 
     @Test("errno and HCI status mapping")

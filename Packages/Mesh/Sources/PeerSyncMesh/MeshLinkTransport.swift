@@ -4,11 +4,12 @@ import PeerSyncDiscovery
 import PeerSyncTransport
 
 /// A way the mesh reaches peers, as Couchbase Lite's `MultipeerTransport` names them: Wi-Fi
-/// (DNS-SD discovery + WebSocket over mutual TLS) and, later, Bluetooth LE.
+/// (DNS-SD discovery + WebSocket over mutual TLS) and Bluetooth LE (BLE discovery + an L2CAP
+/// channel carrying mutual TLS). Wi-Fi is preferred where both reach a peer.
 public enum MultipeerTransport: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// DNS-SD discovery and WebSocket over mutual TLS on the local network.
     case wifi
-    /// Bluetooth LE discovery and an L2CAP channel (not built yet: see issue 12).
+    /// Bluetooth LE discovery and an L2CAP channel carrying mutual TLS (`PeerSyncMeshBluetooth`).
     case bluetooth
 
     public var description: String { rawValue }
@@ -35,6 +36,23 @@ public struct MeshLinkContext: Sendable {
         self.authenticate = authenticate
         self.handshakeTimeout = handshakeTimeout
     }
+
+    /// Mutual TLS for accepting links: presents ``identity``, requires a client certificate
+    /// and lets ``authenticate`` alone judge it, within ``handshakeTimeout``.
+    package var serverTLS: TLSConfiguration {
+        var tls = TLSConfiguration.server(identity: identity, clientCertificateValidation: .callback(authenticate))
+        tls.handshakeTimeout = handshakeTimeout
+        return tls
+    }
+
+    /// Mutual TLS for dialling: presents ``identity`` as the client certificate and lets
+    /// ``authenticate`` alone judge the server's (no host name check), within ``handshakeTimeout``.
+    package var clientTLS: TLSConfiguration {
+        var tls = TLSConfiguration.client(serverName: nil, identity: identity)
+        tls.serverCertificateCallback = authenticate
+        tls.handshakeTimeout = handshakeTimeout
+        return tls
+    }
 }
 
 /// Where a started ``MeshLinkTransport`` accepts links: what the mesh publishes through its
@@ -53,8 +71,8 @@ public struct MeshListeningAddress: Sendable, Hashable {
 
 /// The plug-in point between the mesh and a network: accepts authenticated links from peers
 /// and dials peers found by a ``Discovery``. Wi-Fi's is WebSocket over mutual TLS
-/// (`PeerSyncMeshWiFi`), tests and simulations use an in-process one over loopback links, and
-/// Bluetooth LE will add a third. The mesh owns the topology (whom to dial, duplicates,
+/// (`PeerSyncMeshWiFi`), Bluetooth LE's an L2CAP channel carrying mutual TLS
+/// (`PeerSyncMeshBluetooth`), and tests and simulations use an in-process one over loopback links. The mesh owns the topology (whom to dial, duplicates,
 /// back-off); a transport only moves bytes and proves identities.
 ///
 /// Contract:

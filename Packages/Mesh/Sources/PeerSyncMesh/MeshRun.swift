@@ -87,10 +87,16 @@ final class MeshRun: Sendable {
         var statuses: [MultipeerTransport: MultipeerReplicatorStatus] = [:]
         var random = SplitMix64(seed: 0)
         var publishSignal: AsyncStream<Void>.Continuation?
+        /// Per peer and transport: failures in a row and the upgrade back-off (MeshRun+Transports).
+        var transportHealth: [PeerID: [MultipeerTransport: TransportHealth]] = [:]
+        /// When moving each peer's link to a preferred transport became possible.
+        var upgradeWantedSince: [PeerID: ContinuousClock.Instant] = [:]
+        /// Networks whose link transport could not start: nothing runs on them this run.
+        var failedNetworks: [Int: PeerSyncError] = [:]
     }
 
     let state: LockedValue<RunState>
-    private let clock = ContinuousClock()
+    let clock = ContinuousClock()
 
     init(me: PeerID, config: MultipeerReplicatorConfiguration, networks: [MeshNetwork], hub: MeshEventHub) {
         self.me = me
@@ -111,16 +117,28 @@ final class MeshRun: Sendable {
     // MARK: - Start and stop
 
     /// Starts every network's transport, publishes this peer, browses the group and starts the
-    /// loops. On failure, undoes what it did and throws.
+    /// loops. A network whose link transport cannot start (Bluetooth on a system without it)
+    /// is left out of this run, its error kept as its transport's status, while the others
+    /// run; only when none starts, or a discovery fails, does it undo what it did and throw.
     func start() async throws {
         do {
-            var addresses: [MeshListeningAddress] = []
-            for network in networks {
-                addresses.append(try await network.links.start(context))
-            }
+            var addresses: [Int: MeshListeningAddress] = [:]
+            var firstFailure: (any Error)?
             for (index, network) in networks.enumerated() {
-                let announcement = try PeerAnnouncement(peerID: me, group: config.peerGroupID, port: addresses[index].port,
-                                                        addresses: addresses[index].addresses,
+                do {
+                    addresses[index] = try await network.links.start(context)
+                } catch {
+                    firstFailure = firstFailure ?? error
+                    let failure = (error as? PeerSyncError) ?? PeerSyncError(.io, "\(error)")
+                    state.withLock { $0.failedNetworks[index] = failure }
+                    Logger(.network).info("mesh: the \(network.links.transport) transport did not start, running without it: \(failure)")
+                }
+            }
+            if addresses.isEmpty, let firstFailure { throw firstFailure }
+            for (index, network) in networks.enumerated() {
+                guard let address = addresses[index] else { continue }
+                let announcement = try PeerAnnouncement(peerID: me, group: config.peerGroupID, port: address.port,
+                                                        addresses: address.addresses,
                                                         metadata: MeshNeighborMetadata.metadata(listing: []))
                 let publication = try await network.discovery.publish(announcement)
                 let browser = try await network.discovery.browse(group: config.peerGroupID)
@@ -147,8 +165,10 @@ final class MeshRun: Sendable {
         let (signals, signal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         state.withLock { s in
             s.publishSignal = signal
-            for network in networks {
-                s.statuses[network.links.transport] = MultipeerReplicatorStatus(active: true, transport: network.links.transport)
+            for (index, network) in networks.enumerated() {
+                let failure = s.failedNetworks[index]
+                s.statuses[network.links.transport] = MultipeerReplicatorStatus(active: failure == nil, error: failure,
+                                                                                transport: network.links.transport)
             }
             emitStatuses(s)
         }
@@ -244,6 +264,7 @@ final class MeshRun: Sendable {
             let online = Set(known.sightings.values.map { networks[$0.network].links.transport })
             for gained in online.subtracting(known.transportsOnline) {
                 hub.emit(PeerDiscoveryStatus(peerID: peer.peerID, transport: gained, online: true), to: \.discovery)
+                transportAppeared(gained, for: peer.peerID, &s)
             }
             for lost in known.transportsOnline.subtracting(online) {
                 hub.emit(PeerDiscoveryStatus(peerID: peer.peerID, transport: lost, online: false), to: \.discovery)
@@ -262,7 +283,7 @@ final class MeshRun: Sendable {
     private func discoveryStatus(_ status: DiscoveryStatus, network: Int) {
         let transport = networks[network].links.transport
         state.withLock { s in
-            guard !s.stopped, var current = s.statuses[transport] else { return }
+            guard !s.stopped, s.failedNetworks[network] == nil, var current = s.statuses[transport] else { return }
             switch status {
             case .unavailable(let error): current.error = error
             case .running, .recovered: current.error = nil
@@ -313,8 +334,9 @@ final class MeshRun: Sendable {
         await connection.close(code: .policyViolation, reason: "not a known peer of this group")
     }
 
-    /// Dials `peer` and adopts the link if it proves to be `peerID`.
-    private func dial(_ peerID: PeerID, _ peer: DiscoveredPeer, network: Int) async {
+    /// Dials `peer` and adopts the link if it proves to be `peerID`. An `upgrade` moves an
+    /// existing link to a preferred transport: its failure counts against that transport only.
+    private func dial(_ peerID: PeerID, _ peer: DiscoveredPeer, network: Int, upgrade: Bool = false) async {
         do {
             let connection = try await networks[network].links.dial(peer)
             guard let der = connection.peerCertificateChain.first, let certificate = try? Certificate(derBytes: der),
@@ -328,7 +350,10 @@ final class MeshRun: Sendable {
             state.withLock { s in
                 s.dialing.remove(peerID)
                 let e = (error as? PeerSyncError) ?? PeerSyncError(.io, "\(error)")
-                recordFailure(of: peerID, &s, authentication: Self.isAuthenticationFailure(e))
+                recordTransportFailure(networks[network].links.transport, of: peerID, &s)
+                if !upgrade || Self.isAuthenticationFailure(e) {
+                    recordFailure(of: peerID, &s, authentication: Self.isAuthenticationFailure(e))
+                }
                 if !s.stopped {
                     hub.emit(PeerReplicatorStatus(peerID: peerID, transport: networks[network].links.transport, outgoing: true,
                                                   status: ReplicatorStatus(activity: .stopped, progress: .init(completed: 0, total: 0),
@@ -355,8 +380,9 @@ final class MeshRun: Sendable {
             if outgoing { s.dialing.remove(peerID) }
             if s.stopped { refused = true; return nil }
             if let existing = s.links[peerID] {
-                let newWins = designated || !existing.designated
-                guard newWins else { refused = true; return nil }
+                // Also a move to a preferred transport: the new link is in place before the
+                // old one closes (make before break).
+                guard Self.replaces(new: transport, newDesignated: designated, existing: existing) else { refused = true; return nil }
                 var old = existing
                 old.closing = true
                 losers.append(old)
@@ -384,6 +410,7 @@ final class MeshRun: Sendable {
             s.peers[peerID, default: KnownPeer()].certificate = certificate
             s.links[peerID] = link
             s.wantedSince[peerID] = nil
+            s.upgradeWantedSince[peerID] = nil
             s.publishSignal?.yield()
             return link
         }
@@ -400,7 +427,9 @@ final class MeshRun: Sendable {
             replicator.addChangeListener { [weak self] change in
                 self?.outgoingStatus(change.status, link: link.id, peerID: peerID, transport: transport)
             }
-            replicator.addDocumentReplicationListener { [weak self] event in self?.documents(event, link: link.id, peerID: peerID) }
+            replicator.addDocumentReplicationListener { [weak self] event in
+                self?.documents(event, link: link.id, peerID: peerID, transport: transport)
+            }
             // Every new link compares everything (checkpoints ignored): cheap where the peers
             // meet for the first time, and it is what settles a document the two sides resolved
             // differently while apart (each side's closing tombstone stays local, so nothing in
@@ -442,8 +471,8 @@ final class MeshRun: Sendable {
 
     private func makePassiveSession(_ link: Link) throws -> PassiveReplicationSession {
         var options = PassiveReplicationSession.Options()
-        let (id, peerID) = (link.id, link.peerID)
-        options.onDocumentReplication = { [weak self] event in self?.documents(event, link: id, peerID: peerID) }
+        let (id, peerID, transport) = (link.id, link.peerID, link.transport)
+        options.onDocumentReplication = { [weak self] event in self?.documents(event, link: id, peerID: peerID, transport: transport) }
         return PassiveReplicationSession(connection: try BLIPConnection(connection: link.connection), database: config.database,
                                          collectionConfigurations: config.collections.map {
                                              ($0.collection, $0.replicationConfiguration(for: peerID))
@@ -491,20 +520,23 @@ final class MeshRun: Sendable {
         hub.emit(PeerReplicatorStatus(peerID: peerID, transport: link.transport, outgoing: false, status: link.status), to: \.replicator)
     }
 
-    private func documents(_ event: DocumentReplication, link id: UInt64, peerID: PeerID) {
+    /// Documents moved on link `id`. Also reported for a link being closed on purpose (the one
+    /// a move to a preferred transport replaced finishes what it had in flight): they moved.
+    private func documents(_ event: DocumentReplication, link id: UInt64, peerID: PeerID, transport: MultipeerTransport) {
         state.withLock { s in
-            guard let link = s.links[peerID], link.id == id else { return }
-            if link.outgoing {
-                // Only documents that moved: a failure a comparison cannot fix must not loop.
-                s.links[peerID]?.documentsSinceCompare += event.documents.filter { $0.error == nil }.count
-            } else {
-                s.links[peerID]?.lastDocuments = clock.now
-                incomingStatusLocked(&s, .busy, link: id, peerID: peerID, error: nil)
-                s.links[peerID]?.status.progress.completed += event.documents.count
-                s.links[peerID]?.status.progress.total += event.documents.count
+            if let link = s.links[peerID], link.id == id {
+                if link.outgoing {
+                    // Only documents that moved: a failure a comparison cannot fix must not loop.
+                    s.links[peerID]?.documentsSinceCompare += event.documents.filter { $0.error == nil }.count
+                } else {
+                    s.links[peerID]?.lastDocuments = clock.now
+                    incomingStatusLocked(&s, .busy, link: id, peerID: peerID, error: nil)
+                    s.links[peerID]?.status.progress.completed += event.documents.count
+                    s.links[peerID]?.status.progress.total += event.documents.count
+                }
             }
             guard hub.hasListeners(\.documents) else { return }
-            hub.emit(PeerDocumentReplication(peerID: peerID, transport: link.transport, isPush: event.isPush,
+            hub.emit(PeerDocumentReplication(peerID: peerID, transport: transport, isPush: event.isPush,
                                              documents: event.documents.map(MultipeerReplicatedDocument.init)), to: \.documents)
         }
     }
@@ -533,7 +565,9 @@ final class MeshRun: Sendable {
         s.links[peerID] = nil
         s.publishSignal?.yield()
         guard !link.closing, !s.stopped else { return }
-        if clock.now - link.since >= Self.healthyLinkAge { s.backoff[peerID]?.failures = 0 }
+        let healthy = clock.now - link.since >= Self.healthyLinkAge
+        recordTransportFailure(link.transport, of: peerID, healthy: healthy, &s)
+        if healthy { s.backoff[peerID]?.failures = 0 }
         recordFailure(of: peerID, &s, authentication: error.map(Self.isAuthenticationFailure) ?? false)
     }
 
@@ -569,6 +603,7 @@ final class MeshRun: Sendable {
     func reconcile() {
         let now = clock.now
         var dials: [(PeerID, DiscoveredPeer, Int)] = []
+        var upgrades: [(PeerID, DiscoveredPeer, Int)] = []
         var prune: Link?
         state.withLock { s in
             guard !s.stopped else { return }
@@ -587,7 +622,7 @@ final class MeshRun: Sendable {
                 s.links[peerID] == nil && !s.dialing.contains(peerID) && (s.backoff[peerID]?.notBefore ?? now) <= now
             }
             func startDial(_ peerID: PeerID) {
-                guard budget > 0, let sighting = Self.bestSighting(s.peers[peerID]) else { return }
+                guard budget > 0, let sighting = sightingToDial(peerID, s) else { return }
                 s.dialing.insert(peerID)
                 budget -= 1
                 dials.append((peerID, sighting.peer, sighting.network))
@@ -622,6 +657,8 @@ final class MeshRun: Sendable {
                     }
                 }
             }
+            // Links on a less preferred transport than the peer is seen on.
+            upgrades = upgradesDue(&s, now: now)
             // Idle incoming links.
             for (peerID, link) in s.links where !link.outgoing && link.status.activity == .busy {
                 if let last = link.lastDocuments, now - last >= Self.idleAfter {
@@ -670,11 +707,9 @@ final class MeshRun: Sendable {
         for (peerID, peer, network) in dials {
             spawn { [self] in await self.dial(peerID, peer, network: network) }
         }
+        for (peerID, peer, network) in upgrades {
+            spawn { [self] in await self.dial(peerID, peer, network: network, upgrade: true) }
+        }
         if let prune { spawn { [self] in await self.close(prune) } }
-    }
-
-    /// The sighting to dial: the first network (in the order given) that sees the peer.
-    static func bestSighting(_ known: KnownPeer?) -> (network: Int, peer: DiscoveredPeer)? {
-        known?.sightings.values.min { ($0.network, $0.peer.name) < ($1.network, $1.peer.name) }
     }
 }

@@ -27,7 +27,10 @@ public final class MultipeerReplicator: Sendable {
     /// This peer's ID: SHA-256 of its identity's DER certificate, lowercase hex
     /// (``Certificate/peerID``). Valid before start and after stop.
     public let peerID: PeerID
-    /// The networks it runs on, in the order given (the first that sees a peer is dialled).
+    /// The networks it runs on. A peer seen on several is linked over the preferred transport
+    /// (Wi-Fi, then Bluetooth; between networks of one transport, the first given), over
+    /// another when that one keeps failing, and moved back when it works again (module README,
+    /// "Transports").
     public let networks: [MeshNetwork]
 
     private let hub = MeshEventHub()
@@ -68,8 +71,13 @@ public final class MultipeerReplicator: Sendable {
     /// browsed; links follow as peers appear. Returns once all of that is set up (not once
     /// peers are linked). Does nothing if already running. Works again after ``stop()``.
     ///
-    /// - Throws: what a link transport's `start` or a discovery throws (the replicator is then
-    ///   stopped again); ``PeerSyncError/Code/closed`` if the database is closed.
+    /// A network whose link transport cannot start (Bluetooth on a system without it:
+    /// `bluetoothUnavailable`) is left out until the next start; its
+    /// transport's ``status(for:)`` is inactive with that error, and the others run.
+    ///
+    /// - Throws: the first link transport's error when none starts, what a discovery throws
+    ///   (the replicator is then stopped again); ``PeerSyncError/Code/closed`` if the database
+    ///   is closed.
     public func start() async throws {
         try await lifecycle.withLock {
             guard state.withLock({ $0.run == nil }) else { return }

@@ -25,6 +25,14 @@ public struct MultipeerReplicatorConfiguration: Sendable {
     /// default). ``MultipeerReplicator/init(config:networks:)`` takes the networks as given;
     /// the Wi-Fi module's `MultipeerReplicator(config:)` builds one per transport listed here.
     public var transports: Set<MultipeerTransport> = [.wifi]
+    /// PeerSync: how many times in a row a transport may fail a peer — dials that failed, links
+    /// that broke — before a new link to it goes over a less preferred transport that also sees
+    /// it (Wi-Fi is preferred to Bluetooth). Default **3**: one broken link and one failed
+    /// redial are what a Wi-Fi hiccup or a roaming phone causes, and Wi-Fi's bandwidth is worth
+    /// those seconds; a third failure means the peer is out of reach there. The link moves back
+    /// to the preferred transport as soon as a dial there succeeds (module README,
+    /// "Transports"). At least 1.
+    public var transportFallbackFailures = 3
 
     /// PeerSync: the number of links each peer aims for. Default **4**: the ring every peer
     /// keeps (2 links) plus on average one chord it picks and one picked by another peer (see
@@ -106,6 +114,9 @@ public struct MultipeerReplicatorConfiguration: Sendable {
             throw PeerSyncError(.invalidArgument, "retryDelay must be positive and maximumRetryDelay at least retryDelay")
         }
         guard handshakeTimeout > .zero else { throw PeerSyncError(.invalidArgument, "handshakeTimeout must be positive") }
+        guard transportFallbackFailures >= 1 else {
+            throw PeerSyncError(.invalidArgument, "transportFallbackFailures must be at least 1, got \(transportFallbackFailures)")
+        }
     }
 }
 

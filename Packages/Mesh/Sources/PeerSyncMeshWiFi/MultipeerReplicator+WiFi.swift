@@ -13,26 +13,40 @@ extension MultipeerReplicator {
     /// `avahi-daemon` if it is not running (the Wi-Fi status says so).
     ///
     /// - Throws: ``PeerSyncError/Code/invalidArgument`` if `config.transports` lists
-    ///   ``MultipeerTransport/bluetooth`` ("Bluetooth LE is not built yet", issue 12), for
+    ///   ``MultipeerTransport/bluetooth`` (that needs `PeerSyncMeshBluetooth`'s
+    ///   `init(config:wifi:bluetooth:)`), for
     ///   invalid `wifi` options or tunables (see ``init(config:networks:)``);
     ///   ``PeerSyncError/Code/io`` if the discovery's thread cannot start.
     public convenience init(config: MultipeerReplicatorConfiguration,
                             wifi: MultipeerWiFiOptions = MultipeerWiFiOptions()) throws {
-        var networks: [MeshNetwork] = []
-        for transport in MultipeerTransport.allCases where config.transports.contains(transport) {
+        try self.init(config: config, networks: Self.networks(for: config, wifi: wifi, bluetooth: nil))
+    }
+
+    /// The networks of `config.transports`, Wi-Fi's from `wifi`, Bluetooth's from `bluetooth`
+    /// (nil: `invalidArgument`, Bluetooth needs `PeerSyncMeshBluetooth`), in preference order.
+    package static func networks(for config: MultipeerReplicatorConfiguration, wifi: MultipeerWiFiOptions,
+                                 bluetooth: (() throws -> MeshNetwork)?) throws -> [MeshNetwork] {
+        try MultipeerTransport.allCases.filter(config.transports.contains).map { transport in
             switch transport {
             case .wifi:
-                var dnssd = DNSSDConfiguration()
-                dnssd.interface = wifi.interface
-                networks.append(MeshNetwork(discovery: try DNSSDDiscovery(configuration: dnssd),
-                                            links: try WiFiMeshLinkTransport(options: wifi)))
+                return try wifiNetwork(wifi)
             case .bluetooth:
-                throw PeerSyncError(.invalidArgument,
-                                    "Bluetooth LE is not built yet (issue 12): use transports [.wifi]",
-                                    context: ["transport": transport.rawValue])
+                guard let bluetooth else {
+                    throw PeerSyncError(.invalidArgument,
+                                        "Bluetooth LE needs PeerSyncMeshBluetooth (the BLE trait) and its MultipeerReplicator(config:wifi:bluetooth:)",
+                                        context: ["transport": transport.rawValue])
+                }
+                return try bluetooth()
             }
         }
-        try self.init(config: config, networks: networks)
+    }
+
+    /// The Wi-Fi network of ``init(config:wifi:)``: DNS-SD through Avahi (on `wifi.interface`
+    /// when set) and ``WiFiMeshLinkTransport``. Throws as that initializer.
+    package static func wifiNetwork(_ wifi: MultipeerWiFiOptions) throws -> MeshNetwork {
+        var dnssd = DNSSDConfiguration()
+        dnssd.interface = wifi.interface
+        return MeshNetwork(discovery: try DNSSDDiscovery(configuration: dnssd), links: try WiFiMeshLinkTransport(options: wifi))
     }
 
     /// The Wi-Fi link transport of a replicator made by ``init(config:wifi:)`` (its

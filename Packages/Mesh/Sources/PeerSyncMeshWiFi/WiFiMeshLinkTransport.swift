@@ -56,7 +56,7 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
         /// The stream of the current start, handed out by ``incomingLinks()``.
         var incoming: AsyncStream<any MessageConnection>?
         /// Every link dialled or accepted since the last start, weakly.
-        var links = LinkRegistry()
+        var links = MeshLinkRegistry()
     }
 
     private let state = LockedValue(State())
@@ -79,9 +79,7 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
     public func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress {
         // Reserve the start, so that two concurrent starts cannot both bind.
         let (stream, continuation) = AsyncStream.makeStream(of: (any MessageConnection).self)
-        var tls = TLSConfiguration.server(identity: context.identity,
-                                          clientCertificateValidation: .callback(context.authenticate))
-        tls.handshakeTimeout = context.handshakeTimeout
+        let tls = context.serverTLS
         var configuration = WebSocketServerConfiguration()
         configuration.host = options.bindAddress
         configuration.port = Int(options.port)
@@ -124,7 +122,7 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
         }
         state.withLock { s in
             s.running = Running(context: context, server: server, incoming: continuation)
-            s.links = LinkRegistry()
+            s.links = MeshLinkRegistry()
         }
         let addresses = options.interface == nil ? options.bindAddress.map { [$0] } ?? [] : []
         return MeshListeningAddress(port: UInt16(server.port), addresses: addresses)
@@ -143,45 +141,21 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
             throw PeerSyncError(.closed, "the Wi-Fi link transport is not started")
         }
         var clientOptions = WebSocketClientOptions()
-        var tls = TLSConfiguration.client(serverName: nil, identity: context.identity)
-        tls.serverCertificateCallback = context.authenticate
-        tls.handshakeTimeout = context.handshakeTimeout
-        clientOptions.tls = tls
+        clientOptions.tls = context.clientTLS
         clientOptions.subprotocols = Self.subprotocols
         clientOptions.connectTimeout = options.connectTimeout
         clientOptions.handshakeTimeout = context.handshakeTimeout
         clientOptions.interface = options.interface
         clientOptions.connection = connectionConfiguration
-        var lastError: any Error = PeerSyncError(.connectionRefused, "the peer announced no address",
-                                                 context: ["peerID": peer.peerID.rawValue])
-        for address in peer.addresses {
-            let endpoint: Endpoint
-            do {
-                endpoint = try Endpoint(scheme: "wss", host: address, port: Int(peer.port),
-                                        path: "/\(options.databaseName)/_blipsync")
-            } catch {
-                lastError = error
-                continue
+        return try await MeshDialing.eachAddress(of: peer) { address in
+            let endpoint = try Endpoint(scheme: "wss", host: address, port: Int(peer.port), path: "/\(options.databaseName)/_blipsync")
+            let connection = try await WebSocketTransport().connectWebSocket(to: endpoint, options: clientOptions)
+            guard register(connection) else {
+                await connection.close(code: .goingAway, reason: "the mesh stopped")
+                throw PeerSyncError(.closed, "the Wi-Fi link transport stopped while dialling")
             }
-            do {
-                let connection = try await WebSocketTransport().connectWebSocket(to: endpoint, options: clientOptions)
-                guard register(connection) else {
-                    await connection.close(code: .goingAway, reason: "the mesh stopped")
-                    throw PeerSyncError(.closed, "the Wi-Fi link transport stopped while dialling")
-                }
-                return connection
-            } catch let error as PeerSyncError where error.isCertificateTrustFailure {
-                var context = error.context
-                context["peerID"] = peer.peerID.rawValue
-                context["address"] = "\(address):\(peer.port)"
-                throw PeerSyncError(.certificateRejected, error.message, context: context)
-            } catch let error as PeerSyncError where error.code == .closed {
-                throw error
-            } catch {
-                lastError = error
-            }
+            return connection
         }
-        throw lastError
     }
 
     /// Stops accepting, ends ``incomingLinks()`` and closes every link still open. Idempotent.
@@ -191,17 +165,13 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
             s.running = nil
             s.incoming = nil
             let links = s.links.open()
-            s.links = LinkRegistry()
+            s.links = MeshLinkRegistry()
             return (running, links)
         }
         guard let running else { return }
         running.incoming.finish()
         await running.server.stop()
-        await withTaskGroup(of: Void.self) { group in
-            for link in links {
-                group.addTask { await link.close(code: .goingAway, reason: "the mesh stopped") }
-            }
-        }
+        await MeshLinkRegistry.close(links)
     }
 
     // MARK: Links
@@ -232,27 +202,5 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
         }
         if admitted, case .enqueued = continuation.yield(connection) { return }
         await connection.close(code: .goingAway, reason: "the mesh stopped")
-    }
-}
-
-/// The links of one start, held weakly: the mesh owns them, and a link it dropped must not be
-/// kept alive here (dropping the last reference is how a ``MessageConnection`` breaks its link).
-struct LinkRegistry: Sendable {
-    private final class WeakLink: Sendable {
-        weak let connection: WebSocketConnection?
-        init(_ connection: WebSocketConnection) { self.connection = connection }
-    }
-
-    private var links: [ObjectIdentifier: WeakLink] = [:]
-
-    /// Adds `connection`, and forgets links that were released or closed meanwhile.
-    mutating func add(_ connection: WebSocketConnection) {
-        links = links.filter { $0.value.connection.map { !$0.isClosed } ?? false }
-        links[ObjectIdentifier(connection)] = WeakLink(connection)
-    }
-
-    /// The links still open.
-    func open() -> [any MessageConnection] {
-        links.values.compactMap { $0.connection }.filter { !$0.isClosed }
     }
 }

@@ -11,7 +11,7 @@ import Testing
 @Suite struct MeshRandomScheduleTests {
     /// Seeds to run: 100 by default (10 under a sanitizer); `PEERSYNC_MESH_SEEDS=N` runs N
     /// (e.g. 1,000 once).
-    static let seedCount = max(1, ProcessInfo.processInfo.environment["PEERSYNC_MESH_SEEDS"].flatMap { Int($0) } ?? (underSanitizer ? 10 : 100))
+    static let seedCount = PeerSyncMeshTests.seedCount("PEERSYNC_MESH_SEEDS", normal: 100, sanitized: 10)
     /// Ten batches run side by side; the seeds of a batch run one after another.
     static let batches = 0..<min(10, seedCount)
 

@@ -5,6 +5,7 @@ import PeerSyncCore
 import PeerSyncDiscovery
 import PeerSyncLoopback
 import PeerSyncMesh
+import PeerSyncMeshBluetooth
 import PeerSyncReplicator
 import PeerSyncStorage
 import Testing
@@ -27,6 +28,12 @@ let underSanitizer = ProcessInfo.processInfo.environment["PEERSYNC_SANITIZER"] !
 /// 64-peer mesh would take most of an hour per test, so the large meshes shrink (each size is
 /// chosen so the test's claim still holds, e.g. more peers than the degree bound).
 func meshSize(_ full: Int, sanitized: Int) -> Int { underSanitizer ? sanitized : full }
+
+/// How many seeds a seeded test runs: the number in the environment variable `variable` (e.g.
+/// `PEERSYNC_MESH_SEEDS=1000` once), else `normal`, or `sanitized` under a sanitizer.
+func seedCount(_ variable: String, normal: Int, sanitized: Int) -> Int {
+    max(1, ProcessInfo.processInfo.environment[variable].flatMap { Int($0) } ?? (underSanitizer ? sanitized : normal))
+}
 
 /// Polls `condition` every 50 ms until it holds or `timeout` (stretched by ``slowFactor``)
 /// passes; returns whether it held.
@@ -72,6 +79,7 @@ struct MeshTuning: Sendable {
     var retryDelay: Duration = .milliseconds(100)
     var maximumRetryDelay: Duration = .seconds(1)
     var handshakeTimeout: Duration = .seconds(3)
+    var transportFallbackFailures = 3
 }
 
 /// A mesh peer: its own database, identity, discovery host and links, and its replicator.
@@ -81,12 +89,13 @@ final class MeshPeer: Sendable {
     let database: Database
     let identity: TLSIdentity
     let replicator: MultipeerReplicator
-    let discovery: any Discovery
+    let discoveries: [any Discovery]
 
     init(_ name: String, network: InProcessMeshNetwork, group: String = "mesh-test", backend: TestBackend = .memory,
          identity: TLSIdentity? = nil, authenticator: MultipeerCertificateAuthenticator? = nil,
          tuning: MeshTuning = MeshTuning(), collectionSetup: (@Sendable (Collection) -> MultipeerCollectionConfiguration)? = nil,
-         wrapLinks: (@Sendable (any MeshLinkTransport) -> any MeshLinkTransport)? = nil) async throws {
+         wrapLinks: (@Sendable (any MeshLinkTransport) -> any MeshLinkTransport)? = nil,
+         wifi: Bool = true, bluetooth: SimulatedBluetoothMeshNetwork? = nil) async throws {
         self.name = name
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-meshtest-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -114,10 +123,18 @@ final class MeshPeer: Sendable {
         config.retryDelay = tuning.retryDelay
         config.maximumRetryDelay = tuning.maximumRetryDelay
         config.handshakeTimeout = slow(tuning.handshakeTimeout)
-        var mesh = network.network(host: name)
-        if let wrapLinks { mesh.links = wrapLinks(mesh.links) }
-        discovery = mesh.discovery
-        replicator = try MultipeerReplicator(config: config, networks: [mesh])
+        config.transportFallbackFailures = tuning.transportFallbackFailures
+        // Wi-Fi: the in-process network; Bluetooth: simulated radios and L2CAP channels.
+        var networks: [MeshNetwork] = []
+        if wifi {
+            var mesh = network.network(host: name)
+            if let wrapLinks { mesh.links = wrapLinks(mesh.links) }
+            networks.append(mesh)
+        }
+        if let bluetooth { networks.append(try bluetooth.network(host: name)) }
+        config.transports = Set(networks.map { $0.links.transport })
+        discoveries = networks.map(\.discovery)
+        replicator = try MultipeerReplicator(config: config, networks: networks)
     }
 
     var collection: Collection { get throws { try database.defaultCollection() } }
@@ -153,7 +170,7 @@ final class MeshPeer: Sendable {
     /// Stops the replicator, closes the database and removes its files.
     func close() async {
         await replicator.stop()
-        await discovery.shutdown()
+        for discovery in discoveries { await discovery.shutdown() }
         try? await database.close()
         try? FileManager.default.removeItem(atPath: directory)
         MemoryStorageBackend().removeStore(in: directory)
@@ -171,6 +188,12 @@ final class TestMesh: Sendable {
         self.network = network
         var peers: [MeshPeer] = []
         for i in 0..<count { peers.append(try await MeshPeer("\(prefix)\(i)", network: network, backend: backend, tuning: tuning)) }
+        self.peers = peers
+    }
+
+    /// A mesh of peers made elsewhere (they are closed by their maker).
+    init(wrapping peers: [MeshPeer], network: InProcessMeshNetwork) {
+        self.network = network
         self.peers = peers
     }
 

@@ -115,7 +115,7 @@ import PeerSyncSQLite
             try MultipeerReplicator(config: config)
         } throws: { error in
             (error as? PeerSyncError)?.code == .invalidArgument
-                && (error as? PeerSyncError)?.message.contains("Bluetooth LE is not built yet") == true
+                && (error as? PeerSyncError)?.message.contains("MultipeerReplicator(config:wifi:bluetooth:)") == true
         }
         try await database.close()
     }

@@ -10,7 +10,8 @@
 // - `SQLite` (default on): the SQLite backend, the default storage; `LMDB`: the LMDB backend;
 // - `DNSSD`: peer discovery over DNS-SD (PeerSyncDiscovery, PeerSyncDNSSD);
 // - `Mesh` (turns `DNSSD` on): the multipeer replicator and its Wi-Fi transport (PeerSyncMesh,
-//   PeerSyncMeshWiFi); `BLE` (turns `Mesh` on): the Bluetooth LE transport (PeerSyncBLE).
+//   PeerSyncMeshWiFi); `BLE` (turns `Mesh` on): the Bluetooth LE transport (PeerSyncBLE) and the mesh on it
+//   (PeerSyncMeshBluetooth).
 //
 // Tests in Tests/PeerSyncUmbrellaTests and the scratch consumer of Tools/checks/consumer-by-url
 // (which runs the README's first example) use nothing but `import PeerSync`.
@@ -40,6 +41,7 @@
 #endif
 #if BLE
 @_exported import PeerSyncBLE
+@_exported import PeerSyncMeshBluetooth
 #endif
 
 /// The storage backends compiled into this build (chosen by package traits).

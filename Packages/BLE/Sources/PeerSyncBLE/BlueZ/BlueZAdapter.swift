@@ -216,6 +216,35 @@ final class BlueZAdapter: Sendable {
         case leRandom = 0x02
     }
 
+    /// Address types of the devices scans saw, by address: an L2CAP connection (ATT or data
+    /// channel) must name the type the device advertised with. Process-wide, since the
+    /// scanning (discovery) and the connecting (transport) sides are separate objects on one
+    /// adapter.
+    private static let seenAddressTypes = LockedValue<[String: AddressType]>([:])
+
+    /// Records the address type a scan reported for `address`.
+    static func recordAddressType(_ type: AddressType, of address: String) {
+        seenAddressTypes.withLock { $0[address] = type }
+    }
+
+    /// The address type a scan reported for `address`; public when none did.
+    static func addressType(of address: String) -> AddressType {
+        seenAddressTypes.withLock { $0[address] } ?? .lePublic
+    }
+
+    /// This adapter's own address (`AA:BB:CC:DD:EE:FF`, `hci_devba`).
+    func address() throws(PeerSyncError) -> String {
+        #if canImport(CBlueZ)
+        var device = bdaddr_t()
+        guard hci_devba(deviceID, &device) >= 0 else { throw bluetoothError("hci_devba", errno: errno) }
+        var text = [CChar](repeating: 0, count: 18)
+        _ = ba2str(&device, &text)
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        #else
+        throw bluetoothError("hci_devba", errno: EAFNOSUPPORT)
+        #endif
+    }
+
     /// The ATT fixed channel's CID.
     static let attChannelID: UInt16 = 4
 
@@ -258,14 +287,55 @@ final class BlueZAdapter: Sendable {
 
     /// Opens an LE connection-oriented channel to `psm` of the device at `address`
     /// (`AA:BB:CC:DD:EE:FF`).
-    func connectL2CAP(address: String, addressType: AddressType, psm: UInt16) async throws -> SeqPacketSocket {
-        try await Self.connect(address: address, addressType: addressType, psm: psm, channelID: 0)
+    /// Throws ``PeerSyncError/Code/timeout`` when the connection is not up within `timeout`.
+    func connectL2CAP(address: String, addressType: AddressType, psm: UInt16,
+                      timeout: Duration = .seconds(30)) async throws -> SeqPacketSocket {
+        try await Self.connect(address: address, addressType: addressType, psm: psm, channelID: 0, timeout: timeout)
     }
 
     /// Opens the ATT fixed channel (CID 4) to the device at `address`: an ATT bearer for
     /// ``GATTClient``.
     func connectATT(address: String, addressType: AddressType) async throws -> SeqPacketSocket {
-        try await Self.connect(address: address, addressType: addressType, psm: 0, channelID: Self.attChannelID)
+        try await Self.connect(address: address, addressType: addressType, psm: 0, channelID: Self.attChannelID,
+                               timeout: .seconds(30))
+    }
+
+    /// The send and receive MTU of a connected L2CAP channel (`BT_SNDMTU`, `BT_RCVMTU`).
+    static func channelMTUs(of channel: SeqPacketSocket) throws(PeerSyncError) -> (send: Int, receive: Int) {
+        #if canImport(CBlueZ)
+        try channel.socket.withDescriptor { fd throws(PeerSyncError) -> (send: Int, receive: Int) in
+            func option(_ name: Int32, _ label: String) throws(PeerSyncError) -> Int {
+                var value: UInt16 = 0
+                var size = socklen_t(MemoryLayout<UInt16>.size)
+                guard getsockopt(fd, Int32(SOL_BLUETOOTH), name, &value, &size) == 0 else {
+                    throw bluetoothError("getsockopt(\(label))", errno: errno)
+                }
+                return Int(value)
+            }
+            return (try option(Int32(BT_SNDMTU), "BT_SNDMTU"), try option(Int32(BT_RCVMTU), "BT_RCVMTU"))
+        }
+        #else
+        throw bluetoothError("getsockopt(BT_SNDMTU)", errno: EAFNOSUPPORT)
+        #endif
+    }
+
+    /// The remote device's address of a connected L2CAP socket (`getpeername`).
+    static func peerAddress(of channel: SeqPacketSocket) throws(PeerSyncError) -> String {
+        #if canImport(CBlueZ)
+        try channel.socket.withDescriptor { fd throws(PeerSyncError) -> String in
+            var remote = sockaddr_l2()
+            var length = socklen_t(MemoryLayout<sockaddr_l2>.size)
+            let named = withUnsafeMutablePointer(to: &remote) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
+            }
+            guard named == 0 else { throw bluetoothError("getpeername(L2CAP)", errno: errno) }
+            var text = [CChar](repeating: 0, count: 18)
+            _ = ba2str(&remote.l2_bdaddr, &text)
+            return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        #else
+        throw bluetoothError("getpeername(L2CAP)", errno: EAFNOSUPPORT)
+        #endif
     }
 
     #if canImport(CBlueZ)
@@ -315,7 +385,7 @@ final class BlueZAdapter: Sendable {
     }
 
     private static func connect(address text: String, addressType: AddressType, psm: UInt16,
-                                channelID: UInt16) async throws -> SeqPacketSocket {
+                                channelID: UInt16, timeout: Duration) async throws -> SeqPacketSocket {
         var device = bdaddr_t()
         guard str2ba(text, &device) == 0, bachk(text) == 0 else {
             throw PeerSyncError(.invalidArgument, "not a Bluetooth address: '\(text)'")
@@ -339,7 +409,20 @@ final class BlueZAdapter: Sendable {
         }
         let channel = try SeqPacketSocket(adopting: fd)
         do {
-            if started < 0 { try await channel.socket.wait(.write) }
+            if started < 0 {
+                // Time out by closing the socket, which ends the wait (as PeerSyncPosix's TCP connect).
+                let timer = Task {
+                    try await Task.sleep(for: timeout)
+                    channel.close()
+                }
+                defer { timer.cancel() }
+                do {
+                    try await channel.socket.wait(.write)
+                } catch let error as PeerSyncError where error.code == .closed {
+                    throw PeerSyncError(.timeout, "the L2CAP connection to \(text) was not up within \(timeout)",
+                                        context: ["address": text, "psm": "\(psm)"])
+                }
+            }
             let failure = try channel.socket.withDescriptor { fd throws(PeerSyncError) -> Int32 in
                 var value: Int32 = 0
                 var size = socklen_t(MemoryLayout<Int32>.size)
@@ -359,7 +442,7 @@ final class BlueZAdapter: Sendable {
     }
 
     private static func connect(address: String, addressType: AddressType, psm: UInt16,
-                                channelID: UInt16) async throws -> SeqPacketSocket {
+                                channelID: UInt16, timeout: Duration) async throws -> SeqPacketSocket {
         throw bluetoothError("socket(AF_BLUETOOTH)", errno: EAFNOSUPPORT)
     }
     #endif

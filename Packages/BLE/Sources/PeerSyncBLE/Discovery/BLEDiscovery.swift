@@ -30,7 +30,7 @@ import PeerSyncDiscovery
 ///   changed.
 ///
 /// Two radios: the system's adapter through BlueZ (``init(configuration:)``; one publication
-/// at a time, legacy advertising) and a ``SimulatedBLEAir`` (``init(air:hostName:configuration:)``),
+/// at a time, legacy advertising) and a ``SimulatedBLEAir`` (``init(air:hostName:deviceAddress:configuration:)``),
 /// on which the discovery conformance suite runs.
 ///
 /// Threading: every method from any task. Keep the instance while using it.
@@ -69,12 +69,15 @@ public final class BLEDiscovery: Discovery {
         self.init(radio: BlueZRadio(), hostName: "bluez", configuration: configuration)
     }
 
-    /// Discovery on a simulated radio of `air`, as the host `hostName`. Throws
+    /// Discovery on a simulated radio of `air`, as the host `hostName`. `deviceAddress` is the
+    /// host's L2CAP device address (its ``SimulatedL2CAPConnector/localAddress``), so that a
+    /// ``SimulatedL2CAPNetwork`` made with the same air reaches it at the addresses its
+    /// advertisements are seen at; nil (default): discovery only. Throws
     /// ``PeerSyncError/Code/invalidArgument`` for an invalid configuration.
-    public convenience init(air: SimulatedBLEAir, hostName: String,
+    public convenience init(air: SimulatedBLEAir, hostName: String, deviceAddress: String? = nil,
                             configuration: BLEDiscoveryConfiguration = BLEDiscoveryConfiguration()) throws(PeerSyncError) {
         try configuration.validate()
-        self.init(radio: SimulatedBLERadio(air: air), hostName: hostName, configuration: configuration)
+        self.init(radio: SimulatedBLERadio(air: air, device: deviceAddress), hostName: hostName, configuration: configuration)
     }
 
     init(radio: any BLERadio, hostName: String, configuration: BLEDiscoveryConfiguration) {

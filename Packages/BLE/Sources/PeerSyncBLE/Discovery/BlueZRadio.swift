@@ -14,8 +14,6 @@ final class BlueZRadio: BLERadio {
     private let adapter: Result<BlueZAdapter, PeerSyncError>
     private struct State {
         var advertising = false
-        /// Address types of the devices scans saw (ATT connections need them).
-        var addressTypes: [String: BlueZAdapter.AddressType] = [:]
     }
     private let state = LockedValue(State())
 
@@ -73,7 +71,6 @@ final class BlueZRadio: BLERadio {
     func scan() async throws -> AsyncThrowingStream<BLESighting, any Error> {
         let reports = try await adapter.get().scan()
         let (sightings, continuation) = AsyncThrowingStream<BLESighting, any Error>.makeStream(bufferingPolicy: .bufferingNewest(256))
-        let state = self.state
         let pump = Task {
             // The last advertising data and scan response of each address: a sighting needs both.
             var advertisingData: [String: [UInt8]] = [:]
@@ -82,7 +79,7 @@ final class BlueZRadio: BLERadio {
                 for try await report in reports {
                     if report.isScanResponse { scanResponses[report.address] = report.data } else { advertisingData[report.address] = report.data }
                     if let type = BlueZAdapter.AddressType(rawValue: report.addressType + 1) {
-                        state.withLock { $0.addressTypes[report.address] = type }
+                        BlueZAdapter.recordAddressType(type, of: report.address)
                     }
                     guard let data = advertisingData[report.address],
                           let advertisement = try? BLEAdvertisement(advertisingData: data, scanResponse: scanResponses[report.address] ?? [])
@@ -99,8 +96,7 @@ final class BlueZRadio: BLERadio {
     }
 
     func connectATT(to address: String) async throws -> SeqPacketSocket {
-        let type = state.withLock { $0.addressTypes[address] } ?? .lePublic
-        return try await adapter.get().connectATT(address: address, addressType: type)
+        try await adapter.get().connectATT(address: address, addressType: BlueZAdapter.addressType(of: address))
     }
 }
 

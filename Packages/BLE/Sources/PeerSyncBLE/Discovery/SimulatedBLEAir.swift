@@ -29,6 +29,8 @@ public final class SimulatedBLEAir: Sendable {
         let advertisingData: [UInt8]
         let scanResponse: [UInt8]
         let server: GATTServer
+        /// The advertising radio's device address (its L2CAP connector's), if it has one.
+        let device: String?
     }
 
     struct Scanner {
@@ -107,7 +109,7 @@ public final class SimulatedBLEAir: Sendable {
         return stream
     }
 
-    func advertise(_ advertisement: BLEAdvertisement, server: GATTServer, from radio: Int) throws -> String {
+    func advertise(_ advertisement: BLEAdvertisement, server: GATTServer, from radio: Int, device: String?) throws -> String {
         let (advertisingData, scanResponse) = try advertisement.encoded()
         let address = try state.withLock { state throws(PeerSyncError) -> String in
             if let off = state.off { throw off }
@@ -117,13 +119,24 @@ public final class SimulatedBLEAir: Sendable {
                 return hex.count == 1 ? "0" + hex : hex
             }.joined(separator: ":") + ":01"
             state.advertising[address] = Advertising(radio: radio, advertisingData: advertisingData,
-                                                     scanResponse: scanResponse, server: server)
+                                                     scanResponse: scanResponse, server: server, device: device)
             return address
         }
         startTicker()
         transmit()
         return address
     }
+
+    /// The device address of the radio advertising at `address` (given to
+    /// ``BLEDiscovery/init(air:hostName:deviceAddress:configuration:)``), if it advertises and has
+    /// one: how a ``SimulatedL2CAPNetwork`` made with this air reaches a device at the address
+    /// a scan saw, as a real L2CAP connection to an advertiser's address reaches its device.
+    public func deviceAddress(advertisingAt address: String) -> String? {
+        state.withLock { $0.advertising[address]?.device }
+    }
+
+    /// Whether the air is off (``powerOff(reason:)``).
+    public var isOff: Bool { state.withLock { $0.off != nil } }
 
     func stopAdvertising(_ address: String) {
         let server = state.withLock { $0.advertising.removeValue(forKey: address)?.server }
@@ -200,10 +213,13 @@ public final class SimulatedBLEAir: Sendable {
 struct SimulatedBLERadio: BLERadio {
     let air: SimulatedBLEAir
     let id: Int
+    /// The device's L2CAP address, if it has one (see ``SimulatedBLEAir/deviceAddress(advertisingAt:)``).
+    let device: String?
 
-    init(air: SimulatedBLEAir) {
+    init(air: SimulatedBLEAir, device: String? = nil) {
         self.air = air
         self.id = air.makeRadio()
+        self.device = device
     }
 
     var unavailability: PeerSyncError? { air.unavailability }
@@ -211,7 +227,7 @@ struct SimulatedBLERadio: BLERadio {
     func availabilityUpdates() -> AsyncStream<PeerSyncError?> { air.availabilityUpdates() }
 
     func advertise(_ advertisement: BLEAdvertisement, server: GATTServer) async throws -> any BLEAdvertisingSet {
-        SimulatedAdvertisingSet(air: air, address: try air.advertise(advertisement, server: server, from: id))
+        SimulatedAdvertisingSet(air: air, address: try air.advertise(advertisement, server: server, from: id, device: device))
     }
 
     func scan() async throws -> AsyncThrowingStream<BLESighting, any Error> { air.scan(from: id) }

@@ -7,6 +7,11 @@ import PeerSyncTransport
 /// `AF_UNIX` seqpacket sockets, shaped). What ``BLETransport`` runs over in tests, benchmarks
 /// and anywhere without a Bluetooth radio.
 ///
+/// Made with a ``SimulatedBLEAir`` (``init(conditions:air:)``), the network is that air's data
+/// channels: a device is also reachable at the address its advertisements are seen at (see
+/// ``SimulatedBLEAir/deviceAddress(advertisingAt:)``), and while the air is off no channel
+/// opens (``cutAllLinks(reason:)`` ends the open ones).
+///
 /// Both channel ends get the link's MTU as send and receive MTU. Threading: every member from
 /// any task.
 public final class SimulatedL2CAPNetwork: Sendable {
@@ -25,12 +30,15 @@ public final class SimulatedL2CAPNetwork: Sendable {
     }
 
     private let state: LockedValue<State>
+    /// The air whose advertising addresses lead to devices here, and whose being off refuses channels.
+    public let air: SimulatedBLEAir?
 
     /// The first PSM handed out when a listener asks for any: the LE dynamic range 0x0080–0x00FF.
     static let dynamicPSMs: ClosedRange<UInt16> = 0x0080...0x00FF
 
-    public init(conditions: BLELinkConditions = .bluetoothLE) {
+    public init(conditions: BLELinkConditions = .bluetoothLE, air: SimulatedBLEAir? = nil) {
         state = LockedValue(State(conditions: conditions))
+        self.air = air
     }
 
     /// A device of this network at `address` (any non-empty name; a Bluetooth address reads best).
@@ -51,7 +59,13 @@ public final class SimulatedL2CAPNetwork: Sendable {
     // MARK: For the connector and listener
 
     func connect(from source: String, to address: String, psm: UInt16) throws(PeerSyncError) -> L2CAPChannel {
-        let (listener, conditions) = state.withLock { s in (s.listeners[address]?[psm], s.conditions) }
+        if let air, air.isOff {
+            throw PeerSyncError(.connectionRefused, "the simulated Bluetooth radio is off", context: ["address": address])
+        }
+        let device = air?.deviceAddress(advertisingAt: address)
+        let (listener, conditions) = state.withLock { s in
+            (s.listeners[address]?[psm] ?? device.flatMap { s.listeners[$0]?[psm] }, s.conditions)
+        }
         guard let listener else {
             throw PeerSyncError(.connectionRefused, "no simulated BLE device listens on that PSM",
                                 context: ["address": address, "psm": "\(psm)"])
