@@ -45,10 +45,8 @@ import PeerSyncReplicator
 /// Exit status: 0 after a signal or the duration; 1 on an error (one line on stderr, e.g. an
 /// unknown identity or a port in use); 2 for usage errors (with the usage text).
 enum MeshCommand {
-    static let usage = """
-    usage: peersync --db DIR [--backend sqlite|lmdb] [--collection SCOPE.NAME] mesh --group G --identity LABEL
-             [--keystore DIR] [--trust-root FILE]... [--port P] [--interface IF] [--duration S] [--json]
-    """
+    /// The usage text printed after a usage error (from ``CommandHelp``).
+    static var usage: String { PeerSyncCLI.usageHint(for: ["mesh"]) }
 
     private struct Settings {
         var database: String

@@ -14,10 +14,8 @@ import PeerSyncListener
 /// on stdout when ready, then serves until SIGINT/SIGTERM (exit 0). Errors: one line on
 /// stderr, exit 1 (2 for usage errors).
 enum ServeCommand {
-    static let usage = """
-    usage: peersync --db DIR [--backend sqlite|lmdb] serve [--port P] [--no-tls] [--identity LABEL]
-             [--keystore DIR] [--user U --password P] [--read-only] [--delta-sync] [--rest] [--name DBNAME] [--interface IF]
-    """
+    /// The usage text printed after a usage error (from ``CommandHelp``).
+    static var usage: String { PeerSyncCLI.usageHint(for: ["serve"]) }
 
     static func run(_ args: [String]) async throws -> Int32 {
         let options: ReplicationCLIOptions
