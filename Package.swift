@@ -328,7 +328,7 @@ let package = Package(
         // built `peersync` run as a child process (help, exit codes, progress, revs, compact).
         .testTarget(
             name: "PeerSyncCLITests",
-            dependencies: ["peersync", "PeerSync", "PeerSyncAuth", "PeerSyncCore", "PeerSyncTestSupport"],
+            dependencies: ["peersync", "PeerSync", "PeerSyncDatabase", "PeerSyncAuth", "PeerSyncCore", "PeerSyncTestSupport"],
             path: "Tests/PeerSyncCLITests",
             swiftSettings: swiftSettings
         ),
