@@ -45,8 +45,6 @@ import PeerSyncReplicator
 /// Exit status: 0 after a signal or the duration; 1 on an error (one line on stderr, e.g. an
 /// unknown identity or a port in use); 2 for usage errors (with the usage text).
 enum MeshCommand {
-    /// The usage text printed after a usage error (from ``CommandHelp``).
-    static var usage: String { PeerSyncCLI.usageHint(for: ["mesh"]) }
 
     private struct Settings {
         var database: String
@@ -66,9 +64,7 @@ enum MeshCommand {
         do {
             settings = try parse(args)
         } catch {
-            ReplicationCLI.fail(error.message)
-            FileHandle.standardError.write(Data((usage + "\n").utf8))
-            return 2
+            return PeerSyncCLI.reportUsageError(error.message, args: args)
         }
         do {
             try await mesh(settings)

@@ -43,8 +43,6 @@ import Synchronization
 /// overhead are not included. `peak_rss_kb` is this process's `VmHWM` (0 where unknown).
 /// It is the last line, after the summary line.
 enum SyncCommand {
-    /// The usage text printed after a usage error (from ``CommandHelp``).
-    static var usage: String { PeerSyncCLI.usageHint(for: ["sync"]) }
 
     static func run(_ args: [String]) async throws -> Int32 {
         let options: ReplicationCLIOptions
@@ -80,9 +78,7 @@ enum SyncCommand {
             maxAttempts = try parseMaxAttempts(options.value("max-attempts"))
             maxAttemptWait = try parseMaxAttemptWait(options.value("max-attempt-wait"))
         } catch let error as ReplicationCLIUsageError {
-            ReplicationCLI.fail(error.message)
-            FileHandle.standardError.write(Data((usage + "\n").utf8))
-            return 2
+            return PeerSyncCLI.reportUsageError(error.message, args: args)
         }
 
         do {
