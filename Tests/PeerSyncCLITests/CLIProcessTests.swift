@@ -83,8 +83,9 @@ import Testing
             #expect(missing.status == 2)
             let lines = Self.lines(missing.standardError)
             #expect(lines.first == "peersync: 'get' takes 1 argument(s)")
-            #expect(lines.dropFirst().first?.hasPrefix("usage: peersync --db DIR") == true && lines[1].contains(" get ID"),
+            #expect(lines.dropFirst().first == "usage: peersync --db DIR [--backend sqlite|lmdb] [--collection SCOPE.NAME]",
                     "\(missing.standardError)")
+            #expect(lines.dropFirst(2).first?.hasPrefix("         get ID [--meta]") == true, "\(missing.standardError)")
 
             let unknown = try await Self.peersync(["--db", db, "frobnicate"])
             #expect(unknown.status == 2)

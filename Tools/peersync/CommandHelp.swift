@@ -183,9 +183,15 @@ enum CommandHelp {
         guard !found.isEmpty else { return nil }
         var lines: [String] = []
         for (i, entry) in found.enumerated() {
-            let isDatabaseCommand = databaseCommands.contains { $0.name == entry.name }
-            let prefix = (i == 0 ? "usage: " : "       ") + "peersync " + (isDatabaseCommand ? databaseOptions + " " : "")
-            lines.append(prefix + indent(entry.text, by: prefix.count).dropFirst(prefix.count))
+            let lead = i == 0 ? "usage: " : "       "
+            if databaseCommands.contains(where: { $0.name == entry.name }) {
+                // The global options on a line of their own, the command under them.
+                lines.append(lead + "peersync " + databaseOptions)
+                lines.append(indent(entry.text, by: 9))
+            } else {
+                let prefix = lead + "peersync "
+                lines.append(prefix + indent(entry.text, by: prefix.count).dropFirst(prefix.count))
+            }
         }
         if withExitStatus { lines.append(exitStatus) }
         return lines.joined(separator: "\n")
