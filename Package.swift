@@ -9,7 +9,7 @@
 // | Packages/Core      | PeerSyncCore              | —                          | —                  |
 // |                    | PeerSyncConformance       | — (suites' shared support) | —                  |
 // | Packages/Storage   | PeerSyncStorage           | Core                       | —                  |
-// |                    | PeerSyncStorageTesting    | Storage (conformance suite)| —                  |
+// |                    | PeerSyncStorageTesting    | Storage, Conformance (suite)| —                 |
 // | Packages/SQLite    | PeerSyncSQLite            | Storage                    | CSQLite (sqlite3)  |
 // | Packages/LMDB      | PeerSyncLMDB              | Storage                    | CLMDB (lmdb)       |
 // | Packages/Database  | PeerSyncDatabase          | Storage                    | —                  |
@@ -33,6 +33,7 @@
 // | Packages/Listener  | PeerSyncListener          | Replicator, WebSocket, Auth | —                 |
 // | Packages/PeerSync  | PeerSync (umbrella)       | all a sync app needs (+ traits) | —              |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
+// | Tests/             | PeerSyncTestSupport       | Core (test code, no product) | —                |
 // | Tools/baselines    | PeerSyncSQLiteBaseline    | Core (no product)          | CSQLite (sqlite3)  |
 // |                    | PeerSyncLMDBBaseline      | Storage (no product)       | CLMDB (lmdb)       |
 //
@@ -136,7 +137,7 @@ let package = Package(
 
         // MARK: Storage
         library("PeerSyncStorage", folder: "Storage", dependencies: ["PeerSyncCore"]),
-        library("PeerSyncStorageTesting", folder: "Storage", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
+        library("PeerSyncStorageTesting", folder: "Storage", dependencies: ["PeerSyncStorage", "PeerSyncConformance", "PeerSyncCore"]),
         tests("PeerSyncStorageTests", folder: "Storage",
               dependencies: ["PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore"]),
 
@@ -157,7 +158,7 @@ let package = Package(
                           path: "Packages/LMDB/Tests/PeerSyncLMDBTestHelper", swiftSettings: swiftSettings),
         tests("PeerSyncLMDBTests", folder: "LMDB",
               dependencies: ["PeerSyncLMDB", "PeerSyncStorage", "PeerSyncCore", "PeerSyncLMDBTestHelper",
-                             "PeerSyncLMDBBaseline"]),
+                             "PeerSyncLMDBBaseline", "PeerSyncTestSupport"]),
 
         // MARK: Database
         library("PeerSyncDatabase", folder: "Database", dependencies: ["PeerSyncStorage", "PeerSyncCore"]),
@@ -170,7 +171,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         tests("PeerSyncDatabaseTests", folder: "Database",
-              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "database-test-child",
+              dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "database-test-child", "PeerSyncTestSupport",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                              .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"]))]),
 
@@ -189,7 +190,7 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", path: "Packages/Auth/Sources/COpenSSL",
                        pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         library("PeerSyncAuth", folder: "Auth", dependencies: ["PeerSyncTransport", "PeerSyncCore", "COpenSSL"]),
-        tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore"]),
+        tests("PeerSyncAuthTests", folder: "Auth", dependencies: ["PeerSyncAuth", "PeerSyncCore", "PeerSyncTestSupport"]),
 
         // MARK: Posix
         // CEpoll: <sys/epoll.h> and <malloc.h>, which Swift's Glibc module does not export.
@@ -206,7 +207,7 @@ let package = Package(
                 dependencies: ["PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport",
-                             "PeerSyncTransportTesting", "PeerSyncAuth", "PeerSyncCore"]),
+                             "PeerSyncTransportTesting", "PeerSyncAuth", "PeerSyncCore", "PeerSyncTestSupport"]),
 
         // MARK: BLIP
         .systemLibrary(name: "CZlib", path: "Packages/BLIP/Sources/CZlib",
@@ -227,7 +228,7 @@ let package = Package(
                        providers: [.apt(["libavahi-client-dev"])]),
         library("PeerSyncDNSSD", folder: "DNSSD", dependencies: ["PeerSyncDiscovery", "PeerSyncCore", "CAvahi"]),
         tests("PeerSyncDNSSDTests", folder: "DNSSD",
-              dependencies: ["PeerSyncDNSSD", "PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncCore"]),
+              dependencies: ["PeerSyncDNSSD", "PeerSyncDiscovery", "PeerSyncDiscoveryTesting", "PeerSyncCore", "PeerSyncTestSupport"]),
 
         // MARK: BLE
         // CBlueZ: libbluetooth's headers (HCI, L2CAP). The kernel may lack AF_BLUETOOTH (this
@@ -262,11 +263,10 @@ let package = Package(
         library("PeerSyncListener", folder: "Listener",
                 dependencies: ["PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncAuth", "PeerSyncDatabase",
                                "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
-        // The end-to-end tests run `peersync serve` / `peersync sync` as child processes.
         tests("PeerSyncListenerTests", folder: "Listener",
               dependencies: ["PeerSyncListener", "PeerSyncReplicator", "PeerSyncWebSocket", "PeerSyncWebSocketReplication",
                              "PeerSyncPosix", "PeerSyncAuth",
-                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore", "PeerSyncBLIP", "peersync",
+                             "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore", "PeerSyncBLIP",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"]))]),
 
         // MARK: Mesh
@@ -334,10 +334,11 @@ let package = Package(
             path: "Tests/PeerSyncUmbrellaTests",
             swiftSettings: swiftSettings
         ),
-        // The CLI's commands run in-process (`@testable import peersync`), output captured.
+        // The CLI: commands in-process (`@testable import peersync`, output captured) and the
+        // built `peersync` run as a child process (help, exit codes, progress, revs, compact).
         .testTarget(
             name: "PeerSyncCLITests",
-            dependencies: ["peersync", "PeerSyncAuth", "PeerSyncCore"],
+            dependencies: ["peersync", "PeerSync", "PeerSyncDatabase", "PeerSyncAuth", "PeerSyncCore", "PeerSyncTestSupport"],
             path: "Tests/PeerSyncCLITests",
             swiftSettings: swiftSettings
         ),
@@ -365,6 +366,22 @@ let package = Package(
         ),
 
         // MARK: Cross-package tests
+        // What the test targets share: one child-process helper, the products-directory lookup,
+        // temporary directories, an in-memory ByteStream pair. Not a product: test code only.
+        .target(
+            name: "PeerSyncTestSupport",
+            dependencies: ["PeerSyncCore", "PeerSyncTransportTesting"],
+            path: "Tests/PeerSyncTestSupport",
+            swiftSettings: swiftSettings
+        ),
+        // Separate processes end to end: `peersync serve` and `peersync sync` as children,
+        // exit codes, SIGKILL of either side.
+        .testTarget(
+            name: "PeerSyncEndToEndTests",
+            dependencies: ["peersync", "PeerSync", "PeerSyncTestSupport"],
+            path: "Tests/PeerSyncEndToEndTests",
+            swiftSettings: swiftSettings
+        ),
         // The child process of the multi-process storage conformance cases (picks a backend
         // by name); a dependency of StorageConformanceTests so that it is always built.
         .executableTarget(
@@ -376,7 +393,7 @@ let package = Package(
         .testTarget(
             name: "StorageConformanceTests",
             dependencies: [
-                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore", "storage-conformance-child",
+                "PeerSyncStorage", "PeerSyncStorageTesting", "PeerSyncCore", "storage-conformance-child", "PeerSyncTestSupport",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],

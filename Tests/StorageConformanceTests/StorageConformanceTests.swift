@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncStorage
 import PeerSyncStorageTesting
+import PeerSyncTestSupport
 import Testing
 #if SQLite && canImport(PeerSyncSQLite)
 import PeerSyncSQLite
@@ -60,18 +61,7 @@ enum ConformanceBackends {
     /// The `storage-conformance-child` executable sits next to the test bundle, in the build
     /// products directory.
     static func childLauncher(backend: String) -> ChildProcessLauncher {
-        ChildProcessLauncher(executablePath: productsDirectory.appendingPathComponent("storage-conformance-child").path,
-                             arguments: [backend])
-    }
-
-    static var productsDirectory: URL {
-        let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-        var directory = executable.resolvingSymlinksInPath().deletingLastPathComponent()
-        // On Apple platforms the test bundle is a directory (…/X.xctest/Contents/MacOS/X).
-        while directory.pathComponents.contains(where: { $0.hasSuffix(".xctest") }) {
-            directory.deleteLastPathComponent()
-        }
-        return directory
+        ChildProcessLauncher(executablePath: Products.path("storage-conformance-child"), arguments: [backend])
     }
 }
 

@@ -12,6 +12,9 @@ import PeerSyncLMDBBaseline
 /// `peersync bench storage|...`: benchmark programs that print our figures beside a baseline
 /// measured in the same run. Never used as timed assertions in tests.
 enum BenchCommand {
+    /// The benchmarks (each has a ``CommandHelp`` entry).
+    static let subjects = ["storage", "transport", "sync", "mesh"]
+
     static func run(_ args: [String]) async throws -> Int32 {
         guard let what = args.first else { throw UsageError("bench needs a subject: storage, transport, sync or mesh") }
         switch what {
@@ -134,10 +137,17 @@ enum StorageBenchmark {
                   + pad("raw docs/s", 14, right: true) + pad("slowdown", 10, right: true))
         }
         var scalings: [ReaderScaling] = []
+        let progress = ProgressLine("bench storage", unit: "backends")
+        progress.update(0, of: backends.count)
         for backend in backends {
             let (results, scaling) = try await benchmark(backend: backend, workload: workload, saves: saves, reads: reads,
                                                          scaling: scaling)
             scalings.append(scaling)
+            if scalings.count == backends.count {
+                progress.finish(scalings.count, of: backends.count)
+            } else {
+                ProgressLine.clearOpenLine()
+            }
             for r in results {
                 if json {
                     print(r.json)
@@ -147,6 +157,7 @@ enum StorageBenchmark {
                           + pad(String(format: "%.2fx", r.slowdown), 10, right: true))
                 }
             }
+            progress.update(scalings.count, of: backends.count)
         }
         if !json {
             print("8 concurrent readers during a bulk write of \(scaling.writeDocs) documents "

@@ -86,6 +86,10 @@ enum MeshBenchmark {
                   + pad("RSS MB", 7, right: true) + pad("stored×", 8, right: true))
         }
         let docsPerPeer = options.docsPerPeer
+        let progress = ProgressLine("bench mesh", unit: "runs")
+        let totalRuns = options.peerCounts.count * options.repeatCount
+        var runsDone = 0
+        progress.update(0, of: totalRuns)
         for count in options.peerCounts {
             var results: [RunResult] = []
             for _ in 0..<options.repeatCount {
@@ -93,10 +97,15 @@ enum MeshBenchmark {
                     try await runOnce(peers: count, docsPerPeer: docsPerPeer, ca: ca)
                 }
                 results.append(result)
+                runsDone += 1
+                ProgressLine.clearOpenLine()
                 print(options.json ? json(result) : row(result))
+                progress.update(runsDone, of: totalRuns)
             }
+            ProgressLine.clearOpenLine()
             print(options.json ? summaryJSON(results) : summaryRow(results))
         }
+        progress.finish(runsDone, of: totalRuns)
         return 0
     }
 

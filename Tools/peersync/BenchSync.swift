@@ -214,6 +214,9 @@ enum SyncBenchmark {
                   + pad("wire MB", 9, right: true) + pad("RSS listener", 13, right: true) + pad("RSS replicator", 15, right: true))
         }
         var results: [Result] = []
+        let progress = ProgressLine("bench sync", unit: "runs")
+        let totalRuns = options.repeats * options.transports.count * options.directions.count
+        progress.update(0, of: totalRuns)
         for repetition in 1...options.repeats {
             // The baseline is measured in every repetition, between our runs.
             let baseline = try rawBaseline(root + "/raw", backend: options.backend, count: n)
@@ -224,11 +227,14 @@ enum SyncBenchmark {
                                                    timeout: timeout)
                     // The baseline inserts N documents; a pull against an endpoint may move another count.
                     result.baselineSeconds = baseline * Double(result.docs) / Double(n)
+                    ProgressLine.clearOpenLine()
                     emit(result, backend: options.backend, json: options.json)
                     results.append(result)
+                    progress.update(results.count, of: totalRuns)
                 }
             }
         }
+        progress.finish(results.count, of: totalRuns)
         summarize(results, options: options)
     }
 
@@ -419,7 +425,7 @@ enum SyncBenchmark {
             var serveArgs = ["--db", listenerDB, "--backend", backend, "serve", "--port", "0", "--interface", "127.0.0.1",
                              "--name", "bench"]
             if transport == "ws" { serveArgs.append("--no-tls") }
-            let listener = try ChildProcess(exe, serveArgs, stderrPath: run + "/listener.err")
+            let listener = try BenchChildProcess(exe, serveArgs, stderrPath: run + "/listener.err")
             watchdog.watch(listener)
             measured = try await replicate(url: nil, listener: listener, exe: exe, transport: transport, direction: direction,
                                            replicatorDB: replicatorDB, backend: backend,
@@ -476,7 +482,7 @@ enum SyncBenchmark {
 
     /// Runs the replicator child to its exit against `url`, or against the `listener` child
     /// (reading its URL first; then stops it with SIGTERM and reaps it).
-    static func replicate(url: String?, listener: ChildProcess?, exe: String, transport: String, direction: String,
+    static func replicate(url: String?, listener: BenchChildProcess?, exe: String, transport: String, direction: String,
                           replicatorDB: String, backend: String, extraOptions: [String], run: String,
                           watchdog: Watchdog, timeout: Double) async throws -> Measured {
         do {
@@ -495,7 +501,7 @@ enum SyncBenchmark {
         }
     }
 
-    private static func replicateOrThrow(url: String?, listener: ChildProcess?, exe: String, transport: String,
+    private static func replicateOrThrow(url: String?, listener: BenchChildProcess?, exe: String, transport: String,
                                          direction: String, replicatorDB: String, backend: String,
                                          extraOptions: [String], run: String, watchdog: Watchdog) async throws -> Measured {
         var target: String
@@ -517,7 +523,7 @@ enum SyncBenchmark {
 
         let clock = ContinuousClock()
         let t0 = clock.now
-        let replicator = try ChildProcess(exe, syncArgs, stderrPath: run + "/replicator.err")
+        let replicator = try BenchChildProcess(exe, syncArgs, stderrPath: run + "/replicator.err")
         watchdog.watch(replicator)
         // stdout: the summary line, then the `--stats-json` line (the last JSON object).
         var statsLine: String?
@@ -569,7 +575,7 @@ enum SyncBenchmark {
 /// A child process started with `posix_spawn`, stdout on a pipe, stderr to a file, reaped
 /// with `wait4` so its peak RSS is known. Blocking calls (`read`, `wait4`) run on a
 /// dedicated dispatch queue, never on the cooperative pool.
-final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in init; reads happen on `queue` only
+final class BenchChildProcess: @unchecked Sendable {  // `pid`/fds are set once in init; reads happen on `queue` only
     let pid: pid_t
     private let stdoutFD: Int32
     private let stderrPath: String
@@ -673,12 +679,12 @@ final class ChildProcess: @unchecked Sendable {  // `pid`/fds are set once in in
 
 /// Kills the children of one run (SIGKILL, by PID) if it is not over after `seconds`.
 final class Watchdog: Sendable {
-    private let state = LockedValue<(children: [ChildProcess], fired: Bool, cancelled: Bool)>(([], false, false))
+    private let state = LockedValue<(children: [BenchChildProcess], fired: Bool, cancelled: Bool)>(([], false, false))
 
     init(seconds: Double) {
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [weak self] in
             guard let self else { return }
-            let children = self.state.withLock { s -> [ChildProcess] in
+            let children = self.state.withLock { s -> [BenchChildProcess] in
                 guard !s.cancelled else { return [] }
                 s.fired = true
                 return s.children
@@ -688,7 +694,7 @@ final class Watchdog: Sendable {
     }
 
     /// Kills `child` too when the time is up (at once if it already is).
-    func watch(_ child: ChildProcess) {
+    func watch(_ child: BenchChildProcess) {
         let fired = state.withLock { s in
             s.children.append(child)
             return s.fired
@@ -714,9 +720,9 @@ final class Watchdog: Sendable {
 /// and SIGTERM are handled on a dispatch queue: every live child is killed by PID (SIGKILL)
 /// and reaped, the directory removed, and the process exits with 128 + the signal.
 final class BenchCleanup {  // used by `run` only; the signal handlers capture just the path
-    /// Live children (registered by ``ChildProcess``), by PID; `closed` once they were killed
+    /// Live children (registered by ``BenchChildProcess``), by PID; `closed` once they were killed
     /// (a child started after that — the run had not noticed yet — is killed as it registers).
-    private static let children = LockedValue<(live: [pid_t: ChildProcess], closed: Bool)>(([:], false))
+    private static let children = LockedValue<(live: [pid_t: BenchChildProcess], closed: Bool)>(([:], false))
     private static let signalled = Atomic<Bool>(false)
     private let root: String
     private let sources: [any DispatchSourceSignal]
@@ -764,7 +770,7 @@ final class BenchCleanup {  // used by `run` only; the signal handlers capture j
         signal(SIGTERM, SIG_DFL)
     }
 
-    static func register(_ child: ChildProcess) {
+    static func register(_ child: BenchChildProcess) {
         let tooLate = children.withLock { state in
             if !state.closed { state.live[child.pid] = child }
             return state.closed
@@ -772,7 +778,7 @@ final class BenchCleanup {  // used by `run` only; the signal handlers capture j
         if tooLate { child.kill(SIGKILL) }
     }
 
-    static func unregister(_ child: ChildProcess) { _ = children.withLock { $0.live.removeValue(forKey: child.pid) } }
+    static func unregister(_ child: BenchChildProcess) { _ = children.withLock { $0.live.removeValue(forKey: child.pid) } }
 
     /// SIGKILLs every live child by PID — and every child that registers later — then waits
     /// (blocking, on the calling dispatch thread) until each is gone or reaped elsewhere.

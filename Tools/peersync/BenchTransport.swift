@@ -74,6 +74,10 @@ enum TransportBenchmark {
     static func runMessageTransports(_ options: Options) async throws {
         let identity = try TLSIdentity.createIdentity(for: [.serverAuth], attributes: [certAttrCommonName: "bench", certAttrIPAddress: "127.0.0.1"])
         let output = Output(json: options.json)
+        let progress = ProgressLine("bench transport", unit: "runs")
+        let totalRuns = options.sizes.count * options.repeatCount * options.transports.count
+        var runsDone = 0
+        progress.update(0, of: totalRuns)
         for size in options.sizes {
             // Baseline and transports are measured in turns, `repeat` times; medians are
             // reported, so a busy machine skews both sides alike.
@@ -86,8 +90,11 @@ enum TransportBenchmark {
                     let seconds = try await throughput(pair, messageBytes: size, totalBytes: options.totalBytes)
                     await pair.cleanup()
                     results[transport, default: []].append(Double(options.totalBytes) / Double(1 << 20) / seconds)
+                    runsDone += 1
+                    progress.update(runsDone, of: totalRuns)
                 }
             }
+            if size == options.sizes.last { progress.finish(runsDone, of: totalRuns) } else { ProgressLine.clearOpenLine() }
             let baseline = median(baselines)
             for transport in options.transports {
                 let mbps = median(results[transport] ?? [])

@@ -6,6 +6,12 @@ import PeerSync
 enum DatabaseCommands {
     static let valueOptions: Set<String> = ["db", "backend", "collection", "limit", "count", "timeout"]
     static let flagOptions: Set<String> = ["meta", "json"]
+    /// Every command with the number of operands it takes (each has a ``CommandHelp`` entry).
+    static let arity: [String: ClosedRange<Int>] = [
+        "put": 2...2, "get": 1...1, "rm": 1...1, "purge": 1...1, "ls": 0...0, "count": 0...0,
+        "import": 1...1, "export": 0...0, "info": 0...0, "check": 0...0, "watch": 0...0,
+        "revs": 1...1, "compact": 0...0,
+    ]
 
     static func run(_ args: [String]) async throws -> Int32 {
         let parsed = try Arguments(args, valueOptions: valueOptions, flagOptions: flagOptions)
@@ -14,10 +20,6 @@ enum DatabaseCommands {
         let operands = Array(parsed.positionals.dropFirst())
 
         // Validate the command and its operands before touching the database.
-        let arity: [String: ClosedRange<Int>] = [
-            "put": 2...2, "get": 1...1, "rm": 1...1, "purge": 1...1, "ls": 0...0, "count": 0...0,
-            "import": 1...1, "export": 0...0, "info": 0...0, "check": 0...0, "watch": 0...0,
-        ]
         guard let range = arity[command] else { throw UsageError("unknown command '\(command)'") }
         guard range.contains(operands.count) else {
             throw UsageError("'\(command)' takes \(range.lowerBound == range.upperBound ? "\(range.lowerBound)" : "\(range)") argument(s)")
@@ -90,11 +92,25 @@ enum DatabaseCommands {
             let count = try await importJSONLines(from: operands[0], into: collection, db: db)
             print(count)
         case "export":
-            for doc in try await collection.allDocuments() {
+            let documents = try await collection.allDocuments()
+            let progress = ProgressLine("export", unit: "docs")
+            for (i, doc) in documents.enumerated() {
                 var properties = doc.properties
                 properties["_id"] = .string(doc.id)
                 print(JSONValue.object(properties).canonicalString)
+                progress.update(i + 1, of: documents.count)
             }
+            progress.finish(documents.count, of: documents.count)
+        case "revs":
+            guard let revisions = try await collection.revisions(of: operands[0]) else {
+                throw PeerSyncError(.notFound, "document '\(operands[0])' not found")
+            }
+            print(RevisionTreeText.render(revisions))
+        case "compact":
+            let before = try BlobUsage(databasePath: db.path)
+            try await db.performMaintenance(.compact)
+            let after = try BlobUsage(databasePath: db.path)
+            print("blobs: \(before.count) before, \(after.count) after (\(before.bytes) bytes before, \(after.bytes) after)")
         case "info":
             try await printInfo(db: db, backend: backend, json: json)
         case "watch":
@@ -127,6 +143,7 @@ enum DatabaseCommands {
     /// and a process killed mid-import leaves it as before the import.
     static func importJSONLines(from source: String, into collection: PeerSync.Collection, db: Database) async throws -> Int {
         let handle: FileHandle
+        var size: Int?
         if source == "-" {
             handle = FileHandle.standardInput
         } else {
@@ -134,8 +151,11 @@ enum DatabaseCommands {
                 throw PeerSyncError(.io, "cannot open \(source)", context: ["path": source])
             }
             handle = file
+            size = (try? FileManager.default.attributesOfItem(atPath: source)[.size] as? NSNumber)?.intValue
         }
-        return try await db.inBatch { txn in
+        let progress = ProgressLine("import", unit: "docs")
+        let fileSize = size
+        let imported = try await db.inBatch { txn in
             var count = 0
             var lineNumber = 0
             var reader = LineReader(handle: handle)
@@ -157,6 +177,7 @@ enum DatabaseCommands {
                     var doc = MutableDocument(id: id ?? DocumentID.generate(), data: properties)
                     try txn.save(document: &doc, in: collection)
                     count += 1
+                    progress.update(count, fraction: fileSize.map { Double(reader.bytesConsumed) / Double(max($0, 1)) })
                 } catch var error as PeerSyncError {
                     error.context["line"] = String(lineNumber)
                     throw error
@@ -164,6 +185,8 @@ enum DatabaseCommands {
             }
             return count
         }
+        progress.finish(imported, fraction: fileSize.map { _ in 1 })
+        return imported
     }
 
     static func printInfo(db: Database, backend: any StorageBackend, json: Bool) async throws {
@@ -229,6 +252,8 @@ struct LineReader {
     private var buffer: [UInt8] = []
     private var start = 0
     private var eof = false
+    /// Bytes of the input returned so far, newlines included.
+    private(set) var bytesConsumed = 0
 
     init(handle: FileHandle) { self.handle = handle }
 
@@ -236,12 +261,14 @@ struct LineReader {
         while true {
             if let nl = buffer[start...].firstIndex(of: 0x0A) {
                 let line = buffer[start..<nl]
+                bytesConsumed += nl + 1 - start
                 start = nl + 1
                 return line
             }
             if eof {
                 guard start < buffer.count else { return nil }
                 let line = buffer[start...]
+                bytesConsumed += buffer.count - start
                 start = buffer.count
                 return line
             }

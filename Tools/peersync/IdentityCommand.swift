@@ -21,6 +21,9 @@ import PeerSyncCore
 ///
 /// Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.
 enum IdentityCommand {
+    /// The subcommands (each has a ``CommandHelp`` entry).
+    static let subcommands = ["create", "list", "export", "import", "delete"]
+
     /// Runs the command; `args` are the words after `identity` (a leading `identity` is
     /// skipped). Prints to standard output and standard error.
     static func run(_ args: [String]) -> Int32 {
@@ -68,15 +71,8 @@ enum IdentityCommand {
         }
     }
 
-    static let usage = """
-        usage: peersync identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]
-                                        [--usage server|client|both] [--cn NAME] [--days N] [--hostname NAME] [--ip ADDR]
-               peersync identity list [--keystore DIR]
-               peersync identity export --label L [--keystore DIR] (--pem | --p12 FILE --password P)
-               peersync identity import FILE --label L [--keystore DIR] [--password P]
-               peersync identity delete --label L [--keystore DIR]
-
-        """
+    /// Every identity subcommand's usage (from ``CommandHelp``), newline-terminated.
+    static var usage: String { (CommandHelp.usage(for: ["identity"]) ?? "") + "\n" }
 
     // MARK: Subcommands
 

@@ -53,11 +53,6 @@ import PeerSyncMeshBluetooth
 /// Exit status: 0 after a signal or the duration; 1 on an error (one line on stderr, e.g. an
 /// unknown identity or a port in use); 2 for usage errors (with the usage text).
 enum MeshCommand {
-    static let usage = """
-    usage: peersync --db DIR [--backend sqlite|lmdb] [--collection SCOPE.NAME] mesh --group G --identity LABEL
-             [--keystore DIR] [--trust-root FILE]... [--port P] [--interface IF] [--transports wifi,bluetooth]
-             [--duration S] [--json]
-    """
 
     private struct Settings {
         var database: String
@@ -78,9 +73,7 @@ enum MeshCommand {
         do {
             settings = try parse(args)
         } catch {
-            ReplicationCLI.fail(error.message)
-            FileHandle.standardError.write(Data((usage + "\n").utf8))
-            return 2
+            return PeerSyncCLI.reportUsageError(error.message, args: args)
         }
         do {
             try await mesh(settings)

@@ -65,8 +65,9 @@ enum ReplicationCLI {
         FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
 
+    /// Prints `peersync: MESSAGE` on a line of its own on stderr (see ``printError(_:)``).
     static func fail(_ line: String) {
-        FileHandle.standardError.write(Data(("peersync: " + line + "\n").utf8))
+        printError("peersync: " + line)
     }
 
     /// Whether standard error is a terminal (progress is shown only then).

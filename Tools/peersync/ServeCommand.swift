@@ -14,10 +14,6 @@ import PeerSyncListener
 /// on stdout when ready, then serves until SIGINT/SIGTERM (exit 0). Errors: one line on
 /// stderr, exit 1 (2 for usage errors).
 enum ServeCommand {
-    static let usage = """
-    usage: peersync --db DIR [--backend sqlite|lmdb] serve [--port P] [--no-tls] [--identity LABEL]
-             [--keystore DIR] [--user U --password P] [--read-only] [--delta-sync] [--rest] [--name DBNAME] [--interface IF]
-    """
 
     static func run(_ args: [String]) async throws -> Int32 {
         let options: ReplicationCLIOptions
@@ -34,15 +30,12 @@ enum ServeCommand {
                 throw ReplicationCLIUsageError("--identity needs TLS (drop --no-tls)")
             }
         } catch let error as ReplicationCLIUsageError {
-            ReplicationCLI.fail(error.message)
-            FileHandle.standardError.write(Data((usage + "\n").utf8))
-            return 2
+            return PeerSyncCLI.reportUsageError(error.message, args: args)
         }
         var port = 0
         if let p = options.value("port") {
             guard let value = Int(p), (0...65535).contains(value) else {
-                ReplicationCLI.fail("--port must be a number from 0 to 65535")
-                return 2
+                return PeerSyncCLI.reportUsageError("--port must be a number from 0 to 65535", args: args)
             }
             port = value
         }
@@ -83,8 +76,7 @@ enum ServeCommand {
             ReplicationCLI.fail(error.message)
             return 1
         } catch let error as ReplicationCLIUsageError {
-            ReplicationCLI.fail(error.message)
-            return 2
+            return PeerSyncCLI.reportUsageError(error.message, args: args)
         }
     }
 }

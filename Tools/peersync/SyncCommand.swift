@@ -26,8 +26,9 @@ import Synchronization
 /// gives up, `peersync: attempt N failed: MESSAGE (ADDRESS); giving up after N attempts`,
 /// replaces the final error line. Invalid values of the two options are usage errors (exit 2).
 ///
-/// Progress goes to stderr when it is a terminal; with `--verbose`, activity changes are
-/// printed as lines on stderr. On stdout: one line per resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
+/// Progress goes to stderr when it is a terminal (one redrawn line, ``ProgressLine``: changes
+/// done of the changes known, rate), then `replication complete (N changes)`; with
+/// `--verbose`, activity changes are printed as lines on stderr instead. On stdout: one line per resolved conflict as it happens (`conflict on ID resolved (RESOLVER): kept|merged …`) and, on
 /// success, one summary line `sync complete: pushed P, pulled Q revisions, N conflicts resolved`
 /// (see ``SyncReport``). A failed run prints nothing on stdout but conflict lines.
 ///
@@ -42,13 +43,6 @@ import Synchronization
 /// overhead are not included. `peak_rss_kb` is this process's `VmHWM` (0 where unknown).
 /// It is the last line, after the summary line.
 enum SyncCommand {
-    static let usage = """
-    usage: peersync --db DIR [--backend sqlite|lmdb] sync URL [--push|--pull] [--continuous]
-             [--user U --password P] [--identity LABEL [--keystore DIR]]
-             [--pinned-cert FILE | --self-signed-only | --ca FILE]
-             [--conflict default|local|remote|merge] [--doc-ids a,b] [--reset] [--verbose]
-             [--max-attempts N] [--max-attempt-wait S]
-    """
 
     static func run(_ args: [String]) async throws -> Int32 {
         let options: ReplicationCLIOptions
@@ -84,9 +78,7 @@ enum SyncCommand {
             maxAttempts = try parseMaxAttempts(options.value("max-attempts"))
             maxAttemptWait = try parseMaxAttemptWait(options.value("max-attempt-wait"))
         } catch let error as ReplicationCLIUsageError {
-            ReplicationCLI.fail(error.message)
-            FileHandle.standardError.write(Data((usage + "\n").utf8))
-            return 2
+            return PeerSyncCLI.reportUsageError(error.message, args: args)
         }
 
         do {
@@ -223,22 +215,20 @@ enum SyncCommand {
 
     private static func replicate(_ replicator: Replicator, continuous: Bool, reset: Bool, verbose: Bool,
                                   report: SyncReport) async -> Int32 {
-        let terminal = ReplicationCLI.stderrIsTerminal
+        let progress = ProgressLine("sync", unit: "changes", enabled: ProgressLine.isEnabled && !verbose)
         replicator.addDocumentReplicationListener { report.record($0) }
         let target = replicator.config.target
         replicator.addChangeListener { change in
             let s = change.status
             report.recordStatus(s.activity)
             if let retry = s.retry {
-                // One line per failed attempt, on a line of its own under terminal progress.
-                let clearProgress = terminal && !verbose ? "\r\u{1B}[K" : ""
-                let line = attemptLine(retry, error: s.error, target: target)
-                FileHandle.standardError.write(Data((clearProgress + "peersync: " + line + "\n").utf8))
+                // One line per failed attempt, on a line of its own (below the progress line).
+                printError("peersync: " + attemptLine(retry, error: s.error, target: target))
             }
             if verbose {
-                FileHandle.standardError.write(Data("activity \(s.activity) \(s.progress.completed)/\(s.progress.total)\n".utf8))
-            } else if terminal && s.activity != .stopped {
-                FileHandle.standardError.write(Data("\r\(s.activity) \(s.progress.completed)/\(s.progress.total) changes   ".utf8))
+                writeToStandardError("activity \(s.activity) \(s.progress.completed)/\(s.progress.total)\n")
+            } else if s.activity != .stopped {
+                progress.update(Int(s.progress.completed), of: Int(s.progress.total))
             }
         }
         replicator.start(reset: reset)
@@ -256,14 +246,14 @@ enum SyncCommand {
             await replicator.waitUntilStopped()
         }
         await report.waitForStoppedEvent()
-        if terminal && !verbose { FileHandle.standardError.write(Data("\n".utf8)) }
+        let p = replicator.status.progress
+        progress.finish(Int(p.completed), of: Int(p.total))
         if let error = replicator.status.error {
             // A run that gave up after transient failures already printed its last attempt line.
             if replicator.status.retry == nil { ReplicationCLI.fail(error.message) }
             return 1
         }
-        let p = replicator.status.progress
-        if terminal || verbose {
+        if progress.isShown || verbose {
             FileHandle.standardError.write(Data("replication complete (\(p.completed) changes)\n".utf8))
         }
         ReplicationCLI.emit(report.summary)

@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncTestSupport
 import Testing
 
 /// Our TLS server against `openssl s_client`, our TLS client against `openssl s_server`,
@@ -45,7 +46,7 @@ import Testing
                                       directory: dir.path)
         client.send("ping\n")
         _ = await client.waitForOutput(containing: "pong", timeout: 15)
-        _ = await client.waitForExit(timeout: 5)
+        _ = await client.waitForExit(timeout: .seconds(5))
         await client.stop()
         listener.shutdown()   // wakes the accept if s_client never connected
         return (await served, client.text)

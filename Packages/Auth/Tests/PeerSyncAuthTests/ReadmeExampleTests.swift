@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncTestSupport
 import Testing
 
 /// The README example, with a temporary keystore and an in-memory transport.

@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncTestSupport
 
 /// Runs a client and a server handshake over a fresh in-memory pair.
 func handshakePair(client: TLSConfiguration, server: TLSConfiguration, capacity: Int = 16 * 1024)

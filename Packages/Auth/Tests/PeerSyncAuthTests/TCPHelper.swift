@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import PeerSyncCore
+import PeerSyncTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -145,79 +146,26 @@ private func loopback(port: UInt16) -> sockaddr_in {
     return address
 }
 
-/// A child process (the `openssl` CLI) with piped stdin/stdout/stderr. Output is collected
-/// on a dispatch queue; `stop()` terminates it by its own PID.
-final class ChildProcess: @unchecked Sendable {
-    private let process = Process()
-    private let stdinPipe = Pipe(), stdoutPipe = Pipe(), stderrPipe = Pipe()
-    private let lock = NSLock()
-    private var output = Data()     // stdout + stderr, protected by `lock`
-    private let exited = DispatchSemaphore(value: 0)
-
-    /// Runs `openssl <arguments>` (found through PATH) in `directory`.
-    init(openssl arguments: [String], directory: String) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl"] + arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        process.standardInput = stdinPipe
-        process.standardOutput = stdoutPipe
-        process.standardError = stderrPipe
-        for pipe in [stdoutPipe, stderrPipe] {
-            pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-                let data = handle.availableData
-                guard let self, !data.isEmpty else { return }
-                self.lock.withLock { self.output.append(data) }
-            }
-        }
-        process.terminationHandler = { [exited] _ in exited.signal() }
-        try process.run()
+extension ChildProcess {
+    /// Runs `openssl <arguments>` (found through PATH) in `directory`, standard input piped.
+    convenience init(openssl arguments: [String], directory: String) throws {
+        try self.init(program: "openssl", arguments, directory: directory, standardInput: true)
     }
 
-    var text: String { lock.withLock { String(decoding: output, as: UTF8.self) } }
-
-    func send(_ text: String) { stdinPipe.fileHandleForWriting.write(Data(text.utf8)) }
-
-    /// Waits (off the cooperative pool) until the output contains `needle`; returns the text.
+    /// Waits until the output contains `needle`; returns the text (nil: it did not, within
+    /// `timeout` seconds, or the process ended first).
     func waitForOutput(containing needle: String, timeout: Double = 20) async -> String? {
-        let deadline = Date(timeIntervalSinceNow: timeout)
-        while Date() < deadline {
-            let current = text
-            if current.contains(needle) { return current }
-            if !process.isRunning, !current.contains(needle) {
-                try? await Task.sleep(for: .milliseconds(50))
-                return text.contains(needle) ? text : nil
-            }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return nil
-    }
-
-    /// Waits for exit up to `timeout` seconds; returns the exit status or nil.
-    func waitForExit(timeout: Double = 20) async -> Int32? {
-        let deadline = Date(timeIntervalSinceNow: timeout)
-        while process.isRunning, Date() < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        return process.isRunning ? nil : process.terminationStatus
-    }
-
-    /// Terminates the process (SIGTERM to its PID) if it still runs, and reaps it.
-    func stop() async {
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
-        _ = await waitForExit(timeout: 5)
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        try? stdinPipe.fileHandleForWriting.close()
-        stdoutPipe.fileHandleForReading.readabilityHandler = nil
-        stderrPipe.fileHandleForReading.readabilityHandler = nil
+        await wait(timeout: .seconds(timeout), untilTextContains: needle) ? text : nil
     }
 }
 
 /// Runs a short `openssl` command to completion; returns (status, stdout+stderr).
 func runOpenSSL(_ arguments: [String], directory: String) async throws -> (Int32, String) {
     let child = try ChildProcess(openssl: arguments, directory: directory)
-    guard let status = await child.waitForExit(timeout: 30) else {
+    guard let status = await child.waitForExit(timeout: .seconds(30)) else {
         await child.stop()
         throw PeerSyncError(.timeout, "\(arguments.first ?? "command") did not finish")
     }
-    try? await Task.sleep(for: .milliseconds(30))  // let the output handlers drain
     let text = child.text
     await child.stop()
     return (status, text)

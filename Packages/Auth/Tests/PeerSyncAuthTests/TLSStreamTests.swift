@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncTestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(1))) struct TLSStreamTests {

@@ -125,7 +125,7 @@ import Testing
     /// the callback sees the server's chain.
     @Test func serverCertificateCallbackDecides() async throws {
         let f = try Fixtures.get()
-        let seen = TestLocked<[[Certificate]]>([])
+        let seen = LockedValue<[[Certificate]]>([])
         for (identity, accept) in [(f.selfSignedExpired, true), (f.wrongHost, true), (f.valid, false)] {
             var client = TLSConfiguration.client(serverName: "localhost", serverTrust: .systemRoots)
             client.serverCertificateCallback = { chain in seen.withLock { $0.append(chain) }; return accept }
@@ -184,7 +184,7 @@ import Testing
     ]
 
     final class Seen: Sendable {
-        let chains = TestLocked<[[Certificate]]>([])
+        let chains = LockedValue<[[Certificate]]>([])
     }
 
     @Test(arguments: cases, [TLSVersion.v1_3, .v1_2])

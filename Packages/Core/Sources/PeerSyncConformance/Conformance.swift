@@ -1,25 +1,39 @@
 // What the conformance suites of the plug-in protocols share (the transport suite in
-// PeerSyncTransportTesting, the discovery suite in PeerSyncDiscoveryTesting): the failure a case
+// PeerSyncTransportTesting, the discovery suite in PeerSyncDiscoveryTesting, the storage suite
+// in PeerSyncStorageTesting): the failure a case
 // throws, the checks inside a case, and running every case without a test framework. The
 // testing products re-export this module, so their users never import it themselves.
 
 /// A conformance case failed: the implementation broke its protocol's contract. `message` says
-/// what was expected and what happened.
+/// what was expected and what happened. The one failure type of every suite (transport,
+/// discovery, storage).
 public struct ConformanceFailure: Error, Sendable, CustomStringConvertible {
-    /// Which suite: `"transport"`, `"discovery"`.
+    /// Which suite: `"transport"`, `"discovery"`, `"storage"`.
     public let suite: String
     /// The case that failed (one of the suite's `caseNames`).
     public let caseName: String
     /// What went wrong.
     public let message: String
+    /// Where the failed check is in the suite's source; empty (and `line` 0) when the suite
+    /// does not record it or the failure is an unexpected error.
+    public let file: String
+    public let line: Int
+    /// The unexpected error the implementation threw, if that is the failure.
+    public let underlying: (any Error)?
 
-    public init(suite: String, caseName: String, message: String) {
+    public init(suite: String, caseName: String, message: String, file: String = "", line: Int = 0,
+                underlying: (any Error)? = nil) {
         self.suite = suite
         self.caseName = caseName
         self.message = message
+        self.file = file
+        self.line = line
+        self.underlying = underlying
     }
 
-    public var description: String { "\(suite) conformance case '\(caseName)' failed: \(message)" }
+    public var description: String {
+        "\(suite) conformance case '\(caseName)' failed: " + (file.isEmpty ? "" : "\(file):\(line): ") + message
+    }
 }
 
 /// The outcome of one case when a suite runs them all (`runAll()`).

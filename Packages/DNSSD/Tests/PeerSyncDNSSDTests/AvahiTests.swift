@@ -3,6 +3,7 @@ import PeerSyncCore
 import PeerSyncDiscovery
 import PeerSyncDiscoveryTesting
 import PeerSyncDNSSD
+import PeerSyncTestSupport
 import Testing
 
 /// Everything that needs a running avahi-daemon, one test at a time (the outage tests kill
@@ -80,22 +81,22 @@ struct AvahiTests {
         let collected = PeerEventRecorder(try await discovery.browse(group: group), kind: .dnssd, label: "ours")
         let subtype = "--sub=\(group)._sub._couchbaseP2P._tcp"
         // Host 2 announces no address of its own: its services name host 1 (same address).
-        let stranger = try ChildProcess("avahi-publish", ["--service", "--host=peersync-sandbox-1.local", subtype,
+        let stranger = try ChildProcess(program: "avahi-publish", ["--service", "--host=peersync-sandbox-1.local", subtype,
                                                           "No ID", "_couchbaseP2P._tcp", "5002", "color=red"],
                                         environment: sandbox.environment(host: 2))
-        let peer = try ChildProcess("avahi-publish", ["--service", "--host=peersync-sandbox-1.local", subtype,
+        let peer = try ChildProcess(program: "avahi-publish", ["--service", "--host=peersync-sandbox-1.local", subtype,
                                                       "Avahi Peer", "_couchbaseP2P._tcp", "5001",
                                                       "txtvers=1", "peerid=peer-avahi", "protovers=7", "Color=blue", "flag", "bad key=x"],
                                     environment: sandbox.environment(host: 2))
         let seen = try await eventually { collected.visible["Avahi Peer"] != nil }
-        #expect(seen, "the avahi-publish peer was not seen; avahi-publish said: \(peer.output)")
+        #expect(seen, "the avahi-publish peer was not seen; avahi-publish said: \(peer.text)")
         if let found = collected.visible["Avahi Peer"] {
             #expect(found.peerID.rawValue == "peer-avahi")
             #expect(found.port == 5001 && found.protocolVersion == 7 && found.discovery == .dnssd)
             #expect(found.addresses == ["127.0.0.1"] && found.hostName == "peersync-sandbox-1.local")
             #expect(found.metadata == (try PeerMetadata(["color": "blue", "flag": ""])))
         }
-        #expect(stranger.output.contains("Established"), "\(stranger.output)")
+        #expect(stranger.text.contains("Established"), "\(stranger.text)")
         #expect(collected.visible["No ID"] == nil, "a record without peerid was reported")
         await peer.stop()
         #expect(try await eventually { collected.visible["Avahi Peer"] == nil }, "the peer did not disappear after avahi-publish ended")
@@ -112,9 +113,9 @@ struct AvahiTests {
         let discovery = try DNSSDDiscovery(configuration: Self.configuration())
         let group = try Self.group("clash")
         let name = "Clash \(UInt16.random(in: 0...UInt16.max))"
-        let holder = try ChildProcess("avahi-publish", ["--service", "--host=peersync-sandbox-1.local", name, "_couchbaseP2P._tcp", "5003"],
+        let holder = try ChildProcess(program: "avahi-publish", ["--service", "--host=peersync-sandbox-1.local", name, "_couchbaseP2P._tcp", "5003"],
                                       environment: sandbox.environment(host: 2))
-        #expect(try await eventually { holder.output.contains("Established") }, "avahi-publish: \(holder.output)")
+        #expect(try await eventually { holder.text.contains("Established") }, "avahi-publish: \(holder.text)")
         let ours = try await discovery.publish(PeerAnnouncement(peerID: PeerID("peer-clash"), group: group, name: name, port: 5004))
         #expect(ours.name == "\(name) #2")
         let second = try await discovery.publish(PeerAnnouncement(peerID: PeerID("peer-clash"), group: group, name: name, port: 5005))

@@ -1,96 +1,24 @@
 import Foundation
 import PeerSyncCore
-import Synchronization
+import PeerSyncTestSupport
 import Testing
 @testable import PeerSyncDatabase
 
-/// A `database-test-child` process whose standard output is collected line by line.
-final class ChildProcess: Sendable {
-    /// `@unchecked`: `Process` is not Sendable; it is configured before `run()` and then only
-    /// queried (`processIdentifier`, `isRunning`, `terminationStatus`), which Foundation allows
-    /// from any thread.
-    private struct ProcessBox: @unchecked Sendable { let process: Process }
-    private let box: ProcessBox
-    private let lines = Collected<String>()
-    private let readerDone = DispatchSemaphore(value: 0)
+extension ChildProcess {
+    /// The `database-test-child` executable, built next to the tests.
+    static var databaseChildPath: String { Products.path("database-test-child") }
 
-    static var executablePath: String {
-        let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-        var directory = executable.resolvingSymlinksInPath().deletingLastPathComponent()
-        while directory.pathComponents.contains(where: { $0.hasSuffix(".xctest") }) {
-            directory.deleteLastPathComponent()
-        }
-        return directory.appendingPathComponent("database-test-child").path
-    }
-
-    init(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: ChildProcess.executablePath)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.standardError
-        box = ProcessBox(process: process)
-        try process.run()
-        let handle = output.fileHandleForReading
-        let lines = self.lines
-        let done = readerDone
-        let thread = Thread {
-            var pending = Data()
-            while true {
-                let data = handle.availableData
-                if data.isEmpty { break }
-                pending.append(data)
-                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                    let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
-                    pending.removeSubrange(pending.startIndex...newline)
-                    lines.append(line)
-                }
-            }
-            done.signal()
-        }
-        thread.start()
-    }
-
-    var output: [String] { lines.all }
-
-    /// Waits (deadlock guard: `timeout`) until `predicate` holds for the output lines.
-    func wait(timeout: Duration = .seconds(120), until predicate: ([String]) -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if predicate(output) { return true }
-            if !box.process.isRunning { return predicate(output) }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return predicate(output)
-    }
-
-    /// Waits for the process to exit and its output to be read; returns its exit status
-    /// (nil if it did not exit within `timeout`).
-    func waitForExit(timeout: Duration = .seconds(120)) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while box.process.isRunning && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        guard !box.process.isRunning else { return nil }
-        _ = readerDone.wait(timeout: .now() + 5)
-        readerDone.signal()
-        return box.process.terminationStatus
-    }
-
-    func kill(_ signal: Int32 = SIGKILL) {
-        if box.process.isRunning { _ = Foundation.kill(box.process.processIdentifier, signal) }
-    }
-
-    deinit {
-        kill()
+    /// A `database-test-child` process; its standard output is collected line by line, its
+    /// standard error is the test's.
+    convenience init(databaseChild arguments: [String]) throws {
+        try self.init(executable: Self.databaseChildPath, arguments, standardError: .inherited)
     }
 }
 
 @Suite(.serialized) struct MultiProcessTests {
     @Test func childExecutableIsBuilt() {
-        #expect(FileManager.default.isExecutableFile(atPath: ChildProcess.executablePath),
-                "the child must be built next to the tests: \(ChildProcess.executablePath)")
+        #expect(FileManager.default.isExecutableFile(atPath: ChildProcess.databaseChildPath),
+                "the child must be built next to the tests: \(ChildProcess.databaseChildPath)")
     }
 
     /// Two processes save 2,000 documents each into one database at the same time; both end
@@ -109,7 +37,7 @@ final class ChildProcess: Sendable {
         }
         _ = try await c.lastSequence
 
-        let child = try ChildProcess([backend.rawValue, "write", path, "child-", "\(n)", "\(n)"])
+        let child = try ChildProcess(databaseChild: [backend.rawValue, "write", path, "child-", "\(n)", "\(n)"])
         #expect(await child.wait { $0.contains("READY") }, "child did not start: \(child.output)")
         for i in 0..<n {
             var doc = MutableDocument(id: "parent-\(i)", data: ["n": .int(Int64(i)), "writer": "parent"])
@@ -146,7 +74,7 @@ final class ChildProcess: Sendable {
         }
         try await setup.close()
 
-        let child = try ChildProcess([backend.rawValue, "hold-write", path, release])
+        let child = try ChildProcess(databaseChild: [backend.rawValue, "hold-write", path, release])
         defer { _ = FileManager.default.createFile(atPath: release, contents: nil) }
         #expect(await child.wait { $0.contains("HOLDING") }, "child did not start: \(child.output)")
 
@@ -177,10 +105,10 @@ final class ChildProcess: Sendable {
         let path = dir.path + "/killed.peersync"
         var reported = Set<String>()
         for round in 0..<4 {
-            let child = try ChildProcess([backend.rawValue, "stream", path, "k\(round)-"])
+            let child = try ChildProcess(databaseChild: [backend.rawValue, "stream", path, "k\(round)-"])
             let target = 15 + 10 * round
             #expect(await child.wait { $0.count >= target }, "round \(round): child output \(child.output.suffix(3))")
-            child.kill(SIGKILL)
+            child.signal(SIGKILL)
             let status = await child.waitForExit()
             #expect(status != nil && status != 0)
             for line in child.output where line.hasPrefix("SAVED ") { reported.insert(String(line.dropFirst(6))) }

@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
+import PeerSyncTestSupport
 @testable import PeerSyncLMDB
 
 /// A fresh directory under the system temp directory, removed when `body` returns.
@@ -40,17 +41,13 @@ func allRecords(_ reader: any StorageReader, _ keyspace: String) throws -> [Reco
     return out
 }
 
-/// The PeerSyncLMDBTestHelper executable, built next to the test bundle.
+/// The PeerSyncLMDBTestHelper executable, built next to the test bundle (see ``Products``).
 func helperPath() throws -> String {
-    let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-    var dir = (exe as NSString).deletingLastPathComponent
-    // The test runner may live inside a bundle directory (…/PeerSyncPackageTests.xctest/…).
-    for _ in 0..<4 {
-        let candidate = dir + "/PeerSyncLMDBTestHelper"
-        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        dir = (dir as NSString).deletingLastPathComponent
+    let path = Products.path("PeerSyncLMDBTestHelper")
+    guard FileManager.default.isExecutableFile(atPath: path) else {
+        throw PeerSyncError(.notFound, "PeerSyncLMDBTestHelper not found at \(path)")
     }
-    throw PeerSyncError(.notFound, "PeerSyncLMDBTestHelper not found near \(exe)")
+    return path
 }
 
 /// A child process running the helper; killed (by its PID) if still running when released.

@@ -66,7 +66,8 @@ final class CaseContext {
     // MARK: Checks
 
     func failure(_ message: String, file: StaticString, line: UInt, underlying: (any Error)? = nil) -> ConformanceFailure {
-        ConformanceFailure(caseName: caseName, message: message, file: "\(file)", line: Int(line), underlying: underlying)
+        ConformanceFailure(suite: "storage", caseName: caseName, message: message, file: "\(file)", line: Int(line),
+                           underlying: underlying)
     }
 
     func check(_ condition: Bool, _ message: @autoclosure () -> String,

@@ -1,4 +1,6 @@
 import Foundation
+// The failure type users catch is the shared one of every suite; re-exported so they need no second import.
+@_exported import PeerSyncConformance
 import PeerSyncCore
 import PeerSyncStorage
 
@@ -108,8 +110,8 @@ public struct StorageConformanceSuite: Sendable {
             } catch let failure as ConformanceFailure {
                 throw failure
             } catch {
-                throw ConformanceFailure(caseName: caseName, message: "unexpected error: \(error)",
-                                         file: "", line: 0, underlying: error)
+                throw ConformanceFailure(suite: "storage", caseName: caseName, message: "unexpected error: \(error)",
+                                         underlying: error)
             }
         }
     }
@@ -128,29 +130,6 @@ public struct ChildProcessLauncher: Sendable, Hashable {
         self.executablePath = executablePath
         self.arguments = arguments
         self.environment = environment
-    }
-}
-
-/// A failed conformance check.
-public struct ConformanceFailure: Error, CustomStringConvertible {
-    public let caseName: String
-    public let message: String
-    /// Where the failed check is in the suite (empty/0 for an unexpected error).
-    public let file: String
-    public let line: Int
-    /// The unexpected error a backend threw, if that is the failure.
-    public let underlying: (any Error)?
-
-    public init(caseName: String, message: String, file: String, line: Int, underlying: (any Error)? = nil) {
-        self.caseName = caseName
-        self.message = message
-        self.file = file
-        self.line = line
-        self.underlying = underlying
-    }
-
-    public var description: String {
-        file.isEmpty ? "[\(caseName)] \(message)" : "[\(caseName)] \(file):\(line): \(message)"
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import PeerSyncCore
+import PeerSyncTestSupport
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
 import Testing
@@ -62,25 +63,12 @@ struct IdleConnectionsTests {
     func thousandIdleConnections() async throws {
         if ProcessInfo.processInfo.environment["PEERSYNC_IDLE_PROBE"] != nil { return }  // we are the child
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["--testing-library", "swift-testing", "--filter", "IdleConnectionsTests/probe"]
-        var environment = ProcessInfo.processInfo.environment
-        environment["PEERSYNC_IDLE_PROBE"] = "1"
-        process.environment = environment
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output: String = try await withTimeout(90, "the idle-connections child") {
-            await withCheckedContinuation { continuation in
-                DispatchQueue.global().async {
-                    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-                    process.waitUntilExit()
-                    continuation.resume(returning: String(decoding: data, as: UTF8.self))
-                }
-            }
-        }
+        let child = try ChildProcess(executable: executable,
+                                     ["--testing-library", "swift-testing", "--filter", "IdleConnectionsTests/probe"],
+                                     environment: ["PEERSYNC_IDLE_PROBE": "1"])
+        let status = await child.waitForExit(timeout: .seconds(90))
+        let output = child.text
+        try #require(status != nil, "the idle-connections child did not finish: \(output)")
         let line = try #require(output.split(separator: "\n").first { $0.hasPrefix("IDLE ") }, "child output: \(output)")
         var values: [String: Double] = [:]
         for field in line.dropFirst(5).split(separator: " ") {
@@ -97,7 +85,7 @@ struct IdleConnectionsTests {
         if ProcessInfo.processInfo.environment["PEERSYNC_SANITIZER"] == nil {
             #expect(rss < 100, "resident MiB with \(Self.childConnections) idle connections (both ends): \(rss)")
         }
-        #expect(process.terminationStatus == 0, "child output: \(output)")
+        #expect(status == 0, "child output: \(output)")
     }
 
     /// In the child: 1,000 connections and the measured figures on one line. In a normal run:

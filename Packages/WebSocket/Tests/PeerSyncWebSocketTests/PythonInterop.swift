@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import PeerSyncTransportTesting
 import PeerSyncCore
+import PeerSyncTestSupport
 
 /// The Python `websockets` peer used by the interop tests.
 ///
@@ -177,18 +178,14 @@ enum PythonPeer {
     """#
 }
 
-/// A running Python process whose stdout lines the test can wait for. Terminated (by PID) in
-/// ``stop()``; its temporary directory is removed. `@unchecked Sendable`: `process` and the
-/// pipe are only used through Foundation's thread-safe calls; `lines` is a LockedValue.
-final class PythonProcess: @unchecked Sendable {
-    private let process: Process
-    private let stdinPipe: Pipe
-    private let lines = LockedValue<[String]>([])
+/// A running Python interop script (a shared ``ChildProcess``) whose output lines the test can
+/// wait for. Terminated (by PID) in ``stop()``; its temporary directory is removed.
+final class PythonProcess: Sendable {
+    private let child: ChildProcess
     let directory: String
 
-    private init(process: Process, stdinPipe: Pipe, directory: String) {
-        self.process = process
-        self.stdinPipe = stdinPipe
+    private init(child: ChildProcess, directory: String) {
+        self.child = child
         self.directory = directory
     }
 
@@ -207,65 +204,35 @@ final class PythonProcess: @unchecked Sendable {
             arguments[name] = path
         }
         let json = try JSONSerialization.data(withJSONObject: arguments)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = [directory + "/interop.py", mode, String(decoding: json, as: UTF8.self)]
-        let stdout = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stdout
-        process.standardInput = stdin
-        try process.run()
-        let peer = PythonProcess(process: process, stdinPipe: stdin, directory: directory)
-        let handle = stdout.fileHandleForReading
-        DispatchQueue.global().async {
-            var buffer = Data()
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                buffer.append(chunk)
-                while let newline = buffer.firstIndex(of: 10) {
-                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
-                    buffer.removeSubrange(buffer.startIndex...newline)
-                    peer.lines.withLock { $0.append(line) }
-                }
-            }
-            if !buffer.isEmpty { peer.lines.withLock { $0.append(String(decoding: buffer, as: UTF8.self)) } }
-        }
-        return peer
+        // Standard input stays open (a pipe) until stop(): the script may wait on it.
+        let child = try ChildProcess(executable: python, [directory + "/interop.py", mode, String(decoding: json, as: UTF8.self)],
+                                     standardInput: true)
+        return PythonProcess(child: child, directory: directory)
     }
 
-    var output: [String] { lines.withLock { $0 } }
+    var output: [String] { child.output }
 
     /// Waits for a line starting with `prefix`; returns it.
-    func waitForLine(prefix: String, timeout: Double = TestTiming.slow(seconds: 60)) async throws -> String {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if let line = output.first(where: { $0.hasPrefix(prefix) }) { return line }
-            if !process.isRunning {
-                // Let the reader thread collect the last lines.
-                try await Task.sleep(for: .milliseconds(100))
-                if let line = output.first(where: { $0.hasPrefix(prefix) }) { return line }
-                throw PeerSyncError(.notFound, "python exited (\(process.terminationStatus)) without `\(prefix)`: \(output.joined(separator: "\n"))")
-            }
-            try await Task.sleep(for: .milliseconds(20))
+    func waitForLine(prefix: String, timeout: Duration = .seconds(60)) async throws -> String {
+        _ = await child.wait(timeout: timeout) { $0.contains { $0.hasPrefix(prefix) } }
+        if let line = output.first(where: { $0.hasPrefix(prefix) }) { return line }
+        if !child.isRunning {
+            throw PeerSyncError(.notFound, "python exited without `\(prefix)`: \(output.joined(separator: "\n"))")
         }
         throw PeerSyncError(.timeout, "no `\(prefix)` line from python: \(output.joined(separator: "\n"))")
     }
 
     /// Waits for the process to exit (bounded).
-    func waitForExit(timeout: Double = TestTiming.slow(seconds: 60)) async throws -> Int32 {
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
-        if process.isRunning { throw PeerSyncError(.timeout, "python did not exit: \(output.joined(separator: "\n"))") }
-        return process.terminationStatus
+    func waitForExit(timeout: Duration = .seconds(60)) async throws -> Int32 {
+        guard let status = await child.waitForExit(timeout: timeout) else {
+            throw PeerSyncError(.timeout, "python did not exit: \(output.joined(separator: "\n"))")
+        }
+        return status
     }
 
     func stop() {
-        try? stdinPipe.fileHandleForWriting.close()
-        if process.isRunning {
-            kill(process.processIdentifier, SIGTERM)
-        }
+        child.closeInput()
+        child.signal(SIGTERM)
         try? FileManager.default.removeItem(atPath: directory)
     }
 }

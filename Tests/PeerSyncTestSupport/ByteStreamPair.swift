@@ -1,17 +1,19 @@
 import PeerSyncCore
 import Foundation
 
-/// Two connected in-memory byte streams with bounded buffers (test support only).
+/// Two connected in-memory byte streams with bounded buffers (test support only): TLS,
+/// WebSocket framing and anything else over a ``ByteStream`` run without sockets.
 ///
 /// `ByteStreamPair().a` writes what `.b` reads and vice versa. A write suspends while the
 /// peer's buffer is full (backpressure). `shutdownOutput()` makes the peer read end-of-stream
 /// after the buffered bytes; `close()` also ends the peer's writes and this side's pending
 /// read with `.closed`.
-struct ByteStreamPair {
-    let a: MemoryByteStream
-    let b: MemoryByteStream
+public struct ByteStreamPair: Sendable {
+    public let a: MemoryByteStream
+    public let b: MemoryByteStream
 
-    init(capacity: Int = 16 * 1024) {
+    /// `capacity`: the bytes each direction buffers before a write suspends.
+    public init(capacity: Int = 16 * 1024) {
         let ab = MemoryPipe(capacity: capacity)
         let ba = MemoryPipe(capacity: capacity)
         a = MemoryByteStream(inbound: ba, outbound: ab, name: "a")
@@ -19,7 +21,8 @@ struct ByteStreamPair {
     }
 }
 
-final class MemoryByteStream: ByteStream {
+/// One end of a ``ByteStreamPair``. Thread-safe; one reader and one writer at a time.
+public final class MemoryByteStream: ByteStream {
     let inbound: MemoryPipe
     let outbound: MemoryPipe
     let name: String
@@ -30,18 +33,25 @@ final class MemoryByteStream: ByteStream {
         self.name = name
     }
 
-    func read(maxBytes: Int) async throws -> [UInt8]? { try await inbound.read(maxBytes: maxBytes) }
-    func write(_ bytes: [UInt8]) async throws { try await outbound.write(bytes) }
-    func shutdownOutput() async { outbound.finish() }
-    func close() async {
+    /// Up to `maxBytes` buffered bytes (suspends while none are); nil at end of stream (the
+    /// peer shut its output down or closed); throws `.closed` after ``close()``.
+    public func read(maxBytes: Int) async throws -> [UInt8]? { try await inbound.read(maxBytes: maxBytes) }
+    /// Buffers `bytes` for the peer, suspending while its buffer is full; throws `.closed`
+    /// once either side closed.
+    public func write(_ bytes: [UInt8]) async throws { try await outbound.write(bytes) }
+    /// The peer reads end-of-stream after the buffered bytes.
+    public func shutdownOutput() async { outbound.finish() }
+    /// Ends this side's writes and pending reads (they throw `.closed`).
+    public func close() async {
         outbound.finish()
         inbound.breakReader()
     }
-    var remoteAddress: String? { "memory:\(name == "a" ? "b" : "a")" }
+    /// `memory:a` or `memory:b`: the peer's end.
+    public var remoteAddress: String? { "memory:\(name == "a" ? "b" : "a")" }
 }
 
-/// A bounded single-reader, single-writer byte pipe.
-final class MemoryPipe: Sendable {
+/// A bounded single-reader, single-writer byte pipe (one direction of a ``ByteStreamPair``).
+public final class MemoryPipe: Sendable {
     private struct State {
         var buffer: [UInt8] = []
         var finished = false       // writer is done: reader gets EOF after the buffer
@@ -49,7 +59,7 @@ final class MemoryPipe: Sendable {
         var reader: CheckedContinuation<Void, Never>?
         var writer: CheckedContinuation<Void, Never>?
     }
-    private let state = TestLocked(State())
+    private let state = LockedValue(State())
     let capacity: Int
 
     init(capacity: Int) { self.capacity = capacity }
@@ -140,17 +150,5 @@ final class MemoryPipe: Sendable {
             return [s.reader, s.writer].compactMap { $0 }
         }
         waiters.forEach { $0.resume() }
-    }
-}
-
-/// An NSLock-guarded value (tests only; ThreadSanitizer understands pthread mutexes).
-final class TestLocked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value   // protected by `lock`
-    init(_ value: Value) { self.value = value }
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
     }
 }
