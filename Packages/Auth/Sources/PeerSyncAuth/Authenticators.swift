@@ -8,10 +8,10 @@ import PeerSyncTransport
 // and a replicator over a custom transport must not link it). These aliases keep
 // `import PeerSyncAuth` + `BasicAuthenticator(...)` compiling.
 
-/// Credentials a replicator presents to a listener: ``PeerSyncTransport/Authenticator``.
+/// Credentials a replicator presents to a listener: `PeerSyncTransport.Authenticator`.
 public typealias Authenticator = PeerSyncTransport.Authenticator
 
-/// HTTP Basic credentials: ``PeerSyncTransport/BasicAuthenticator``.
+/// HTTP Basic credentials: `PeerSyncTransport.BasicAuthenticator`.
 public typealias BasicAuthenticator = PeerSyncTransport.BasicAuthenticator
 
 /// Presents a TLS client certificate (mutual TLS). Put its ``identity`` into

@@ -43,7 +43,7 @@ public enum SubjectAlternativeName: Sendable, Hashable, CustomStringConvertible 
 /// An X.509 certificate as a value: its DER bytes and the facts parsed from them.
 ///
 /// Equality and hashing use the DER bytes. Creating one validates the encoding; bad input
-/// throws ``PeerSyncError/Code/invalidCertificate``. The SHA-256 digest of the DER encoding
+/// throws `PeerSyncError.Code.invalidCertificate`. The SHA-256 digest of the DER encoding
 /// is the certificate's ``peerID`` (Couchbase Lite's peer ID of a multipeer replicator).
 public struct Certificate: Sendable, Hashable, CustomStringConvertible {
     /// The DER encoding.

@@ -83,7 +83,7 @@ public struct TLSConfiguration: Sendable {
     /// server's chain (leaf first); the handshake still fails unless the server proves it holds
     /// the leaf's private key. It is called synchronously during the handshake, on an
     /// arbitrary thread: it must be quick and must not touch the stream. A rejection fails the
-    /// handshake with ``PeerSyncError/Code/untrustedCertificate`` (reason
+    /// handshake with `PeerSyncError.Code.untrustedCertificate` (reason
     /// ``CertificateTrustFailure/rejectedByCallback``). Default nil.
     public var serverCertificateCallback: (@Sendable ([Certificate]) -> Bool)?
     /// Default and floor: TLS 1.2.
@@ -91,7 +91,7 @@ public struct TLSConfiguration: Sendable {
     /// Default: TLS 1.3 (preferred whenever both sides support it).
     public var maximumVersion: TLSVersion
     /// The whole handshake must finish within this time, or it fails with
-    /// ``PeerSyncError/Code/timeout`` and the underlying stream is closed. `nil`: no limit.
+    /// `PeerSyncError.Code.timeout` and the underlying stream is closed. `nil`: no limit.
     /// Default 30 seconds.
     public var handshakeTimeout: Duration?
 

@@ -36,11 +36,11 @@ public enum BLIPCloseReason: Sendable, Equatable {
 ///
 /// Requests are numbered and sent with ``sendRequest(_:)``, which returns the response (an
 /// `.error` type message is returned, not thrown; transport failures are thrown). Incoming
-/// requests go to the handler registered for their `Profile` with ``setHandler(profile:_:)``,
+/// requests go to the handler registered for their `Profile` with `setHandler(profile:_:)`,
 /// one at a time in the order they complete; a handler that needs concurrency starts its own
 /// tasks. The handler's return value is the response (nil = empty success); a thrown
 /// `PeerSyncError` becomes an error response: the ``BLIPError`` it carries
-/// (``PeerSyncError/blipError``), else `BLIP`/500 with its message. A request with no handler gets `BLIP`/404, as LiteCore answers.
+/// (`PeerSyncError.blipError`), else `BLIP`/500 with its message. A request with no handler gets `BLIP`/404, as LiteCore answers.
 ///
 /// Any protocol violation closes the connection with code 1002 (or 1011 for internal
 /// failures) and ends every pending request with the error.
@@ -219,7 +219,7 @@ public actor BLIPConnection {
     }
 
     /// Sends a request and waits for its response at most `timeout`; then throws
-    /// ``PeerSyncError/Code/timeout`` (context `waitingFor`: `what`). The timeout runs from
+    /// `PeerSyncError.Code.timeout` (context `waitingFor`: `what`). The timeout runs from
     /// when the request starts going out, not from this call: a request waiting in this
     /// connection's queue behind others (a busy connection, a slow machine) is not the peer's
     /// silence. While it waits there it times out only if nothing at all goes out for
@@ -398,7 +398,7 @@ public actor BLIPConnection {
     }
 
     /// Closes the connection (code 1000 by default) and ends pending requests with
-    /// ``PeerSyncError/Code/closed``.
+    /// `PeerSyncError.Code.closed`.
     public func close(code: Int = 1000, reason: String = "") async {
         await finish(.normal, code: code, reason: reason)
     }

@@ -71,7 +71,7 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
         for (k, v) in pairs { hasher.combine(k); hasher.combine(v) }
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` when a key or value contains NUL: NUL
+    /// Throws `PeerSyncError.Code.invalidArgument` when a key or value contains NUL: NUL
     /// separates properties on the wire, so such a message would reach the peer malformed
     /// (an odd number of strings, or shifted pairs). Every send checks this first.
     public func checkSendable() throws(PeerSyncError) {

@@ -11,7 +11,7 @@ import PeerSyncCore
 ///
 /// Errors: if the sequence throws before the message's first frame was written and the message
 /// is a response, an error response is sent instead (the ``BLIPError`` a thrown
-/// ``PeerSyncError`` carries, else `BLIP`/500). Once a message has begun (or for a request, whose
+/// `PeerSyncError` carries, else `BLIP`/500). Once a message has begun (or for a request, whose
 /// number is already taken) BLIP cannot abort it, so the connection is closed with code 1011
 /// and every pending request and incoming stream fails with the error.
 public struct BLIPBodySource: Sendable {
@@ -81,7 +81,7 @@ public struct BLIPIncomingResponse: Sendable {
 /// bytes waiting for the consumer are counted in ``BLIPConnection/streamStatistics``.
 ///
 /// Errors: if the connection closes or fails before the last frame, `next()` throws a
-/// ``PeerSyncError`` (`.closed` for a clean close, otherwise the connection's error); a
+/// `PeerSyncError` (`.closed` for a clean close, otherwise the connection's error); a
 /// cancelled consumer gets `.cancelled` and the rest of the body is discarded.
 public struct BLIPIncomingBody: AsyncSequence, Sendable {
     public typealias Element = [UInt8]

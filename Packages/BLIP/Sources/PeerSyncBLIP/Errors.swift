@@ -6,8 +6,8 @@ import PeerSyncCore
 /// replication protocol: 400, 403, 404, 409, 422, 507, …) and `LiteCore` (LiteCore's own
 /// codes, e.g. 7 NotFound).
 ///
-/// A handler that throws a ``PeerSyncError`` carrying a `BLIPError` (see
-/// ``PeerSyncError/init(_:blip:context:)`` and ``PeerSyncError/blipError``) is answered with exactly
+/// A handler that throws a `PeerSyncError` carrying a `BLIPError` (see
+/// `PeerSyncError.init(_:blip:context:)` and `PeerSyncError.blipError`) is answered with exactly
 /// that error reply; any other thrown error is answered `BLIP`/500 with the error's message.
 public struct BLIPError: PeerSyncErrorDetail, CustomStringConvertible {
     /// `Error-Domain`: `BLIP`, `HTTP`, `LiteCore`, …

@@ -23,7 +23,7 @@ public struct DNSSDConfiguration: Sendable, Hashable {
 
     public init() {}
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` unless the service type is
+    /// Throws `PeerSyncError.Code.invalidArgument` unless the service type is
     /// `_name._tcp` or `_name._udp` (name: 1–15 letters, digits and hyphens) and the domain
     /// and durations are sensible.
     public func validate() throws(PeerSyncError) {

@@ -81,7 +81,7 @@ public enum MaintenanceType: Sendable, Hashable {
 /// Cancelling a task that awaits a database operation does not interrupt it: once submitted,
 /// an operation runs to completion (or rolls back on error).
 ///
-/// Errors: ``PeerSyncError`` — `.closed` after ``close()``, `.notFound` for missing
+/// Errors: `PeerSyncError` — `.closed` after ``close()``, `.notFound` for missing
 /// documents/collections, `.invalidArgument` / `.invalidDocumentID` / `.tooLarge` for bad
 /// input (nothing is changed), plus the backend's `.storage`, `.io`, `.busy`, `.corrupt`.
 public final class Database: Sendable, CustomStringConvertible {
@@ -324,7 +324,7 @@ public final class Database: Sendable, CustomStringConvertible {
     // MARK: Closing and deleting
 
     /// Closes the database. First, as Couchbase Lite does, it stops the replicators and
-    /// listeners using it (everything registered with ``addActiveStoppable(_:stop:)``) and
+    /// listeners using it (everything registered with `addActiveStoppable(_:stop:)`) and
     /// waits until they have stopped — a replicator stopped this way ends `.stopped` without an
     /// error; from then on none can start on it (`.closed`). Then it finishes change streams,
     /// stops timers, waits for the reads and writes submitted before it (they complete

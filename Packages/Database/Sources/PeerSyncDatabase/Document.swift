@@ -253,7 +253,7 @@ public struct Document: DocumentProperties, Sendable, Equatable, CustomStringCon
 }
 
 /// A document being edited (Couchbase Lite's `MutableDocument`): a value type, so a copy
-/// never changes the original. Save it with ``Collection/save(document:concurrencyControl:)``.
+/// never changes the original. Save it with ``Collection/save(document:concurrencyControl:)->Bool``.
 ///
 /// Validation happens on save: top-level keys starting with `_` are reserved and rejected with
 /// `.invalidArgument`; the ID must be non-empty and at most 255 UTF-8 bytes.

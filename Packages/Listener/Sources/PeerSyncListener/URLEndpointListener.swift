@@ -49,7 +49,7 @@ public struct URLEndpointListenerConfiguration: Sendable {
     /// A connection whose partial message would take the total over it is closed with 1009
     /// (message too big) and its buffer freed; the others go on. nil: no shared limit (each
     /// message is still limited to 32 MiB). Default 64 MiB
-    /// (``PeerSyncWebSocket/WebSocketServerConfiguration/maxPartialMessageBytes``).
+    /// (`PeerSyncWebSocket.WebSocketServerConfiguration.maxPartialMessageBytes`).
     public var maxPartialMessageBytes: Int? = 64 << 20
 
     /// A configuration serving `collections` (all of one database; checked by

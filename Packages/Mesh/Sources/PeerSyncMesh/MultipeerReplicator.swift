@@ -25,7 +25,7 @@ public final class MultipeerReplicator: Sendable {
     /// The configuration (copied at init).
     public let config: MultipeerReplicatorConfiguration
     /// This peer's ID: SHA-256 of its identity's DER certificate, lowercase hex
-    /// (``Certificate/peerID``). Valid before start and after stop.
+    /// (`Certificate.peerID`). Valid before start and after stop.
     public let peerID: PeerID
     /// The networks it runs on, in the order given (the first that sees a peer is dialled).
     public let networks: [MeshNetwork]
@@ -43,7 +43,7 @@ public final class MultipeerReplicator: Sendable {
     /// Checks `config` (its tunables, see ``MultipeerReplicatorConfiguration``) and the networks;
     /// does not touch the network.
     ///
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for a tunable out of range, no network,
+    /// - Throws: `PeerSyncError.Code.invalidArgument` for a tunable out of range, no network,
     ///   two networks of one transport, or a network whose transport `config.transports` does
     ///   not list.
     public init(config: MultipeerReplicatorConfiguration, networks: [MeshNetwork]) throws {
@@ -69,7 +69,7 @@ public final class MultipeerReplicator: Sendable {
     /// peers are linked). Does nothing if already running. Works again after ``stop()``.
     ///
     /// - Throws: what a link transport's `start` or a discovery throws (the replicator is then
-    ///   stopped again); ``PeerSyncError/Code/closed`` if the database is closed.
+    ///   stopped again); `PeerSyncError.Code.closed` if the database is closed.
     public func start() async throws {
         try await lifecycle.withLock {
             guard state.withLock({ $0.run == nil }) else { return }

@@ -6,12 +6,12 @@ import Musl
 import PeerSyncCore
 import PeerSyncTransport
 
-/// A connected TCP socket as a ``ByteStream``: non-blocking, driven by the process's
-/// ``Reactor`` (one thread for all descriptors), with `TCP_NODELAY` set.
+/// A connected TCP socket as a `ByteStream`: non-blocking, driven by the process's
+/// `Reactor` (one thread for all descriptors), with `TCP_NODELAY` set.
 ///
 /// Threading: every method may be called from any task. At most one `read` and one `write`
-/// may be outstanding at a time (the ``ByteStream`` contract); they may run concurrently.
-/// Errors are ``PeerSyncError``s: `.closed` after ``close()``, `.connectionReset` when the
+/// may be outstanding at a time (the `ByteStream` contract); they may run concurrently.
+/// Errors are `PeerSyncError`s: `.closed` after ``close()``, `.connectionReset` when the
 /// peer broke the connection, `.cancelled` when the waiting task is cancelled.
 public final class TCPStream: ByteStream {
     package let socket: AsyncDescriptor

@@ -16,8 +16,8 @@ public struct Conflict: Sendable {
 
 /// Decides how a conflict is resolved (Couchbase Lite's `ConflictResolverProtocol`).
 ///
-/// `resolve` returns the document to keep: the local or the remote ``Document``, a merged
-/// ``MutableDocument`` (any ``DocumentProperties``), or nil to delete. It runs on a replicator task (never the main actor) and may
+/// `resolve` returns the document to keep: the local or the remote `Document`, a merged
+/// `MutableDocument` (any `DocumentProperties`), or nil to delete. It runs on a replicator task (never the main actor) and may
 /// be called concurrently for different documents. Throwing leaves the conflict unresolved
 /// and reports the error for that document.
 ///

@@ -9,7 +9,7 @@ import PeerSyncDatabase
 /// conflicting ones answered 409), and answers `getAttachment` from the blob store.
 ///
 /// Usage: `await PassiveReplicationSession(connection: blip, database: db, collections: [c]).run()`
-/// where `blip` is a not-yet-started ``BLIPConnection`` (e.g. `BLIPConnection(connection:)`
+/// where `blip` is a not-yet-started `BLIPConnection` (e.g. `BLIPConnection(connection:)`
 /// over an accepted transport connection). `run()` starts it and returns when it closes.
 public struct PassiveReplicationSession: Sendable {
     public struct Options: Sendable {
@@ -38,7 +38,9 @@ public struct PassiveReplicationSession: Sendable {
 
     /// - Parameters:
     ///   - connection: a BLIP connection that has not been started.
+    ///   - database: the database whose collections are served.
     ///   - collections: the collections this side serves (all of `database`).
+    ///   - options: read-only mode, delta sync and the reply timeout; default ``Options/init(readOnly:enableDeltaSync:replyTimeout:)``'s defaults.
     public init(connection: BLIPConnection, database: Database, collections: [Collection], options: Options = Options()) {
         self.init(connection: connection, database: database,
                   collectionConfigurations: collections.map { ($0, CollectionConfiguration()) }, options: options)

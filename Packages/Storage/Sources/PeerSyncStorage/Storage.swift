@@ -136,7 +136,7 @@ public protocol StorageWriter: StorageReader {
 ///
 /// `PeerSyncStorageTesting.StorageConformanceSuite` checks all of this for any backend.
 ///
-/// Errors: ``PeerSyncError`` with codes `.storage`, `.io`, `.busy` (a lock held past
+/// Errors: `PeerSyncError` with codes `.storage`, `.io`, `.busy` (a lock held past
 /// ``StorageOptions/busyTimeout``), `.corrupt`, `.tooLarge`, `.closed`.
 public protocol Storage: AnyObject, Sendable {
     /// The backend that opened this store, e.g. `"sqlite"`.
@@ -146,7 +146,7 @@ public protocol Storage: AnyObject, Sendable {
     func read<R>(_ body: (any StorageReader) throws -> R) throws -> R
     @discardableResult
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R
-    /// Closes the store. Later calls throw ``PeerSyncError/Code/closed``. Idempotent.
+    /// Closes the store. Later calls throw `PeerSyncError.Code.closed`. Idempotent.
     func close() throws
 }
 

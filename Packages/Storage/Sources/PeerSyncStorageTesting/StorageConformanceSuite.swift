@@ -2,7 +2,7 @@ import Foundation
 import PeerSyncCore
 import PeerSyncStorage
 
-/// The one conformance suite every ``StorageBackend`` must pass: the in-memory, SQLite and
+/// The one conformance suite every `StorageBackend` must pass: the in-memory, SQLite and
 /// LMDB backends, and any backend a user writes.
 ///
 /// It has no dependency on a test framework: ``run(_:)`` throws a ``ConformanceFailure`` on
@@ -49,7 +49,7 @@ public struct StorageConformanceSuite: Sendable {
     public let capabilities: Capabilities
     public let childLauncher: ChildProcessLauncher?
     /// Called with every store directory a case used, after the case, to delete data a backend
-    /// keeps outside the directory (e.g. ``MemoryStorageBackend/removeStore(in:)``).
+    /// keeps outside the directory (e.g. `MemoryStorageBackend.removeStore(in:)`).
     public let removeStore: (@Sendable (String) -> Void)?
 
     /// - Parameters:

@@ -25,8 +25,8 @@ public struct TransportPair: Sendable {
     }
 }
 
-/// The transport conformance suite: every ``Transport`` (loopback, WebSocket, BLE, a user's own)
-/// runs it to show it keeps the ``MessageConnection`` and ``TransportListener`` contracts.
+/// The transport conformance suite: every `Transport` (loopback, WebSocket, BLE, a user's own)
+/// runs it to show it keeps the `MessageConnection` and `TransportListener` contracts.
 ///
 /// It uses no test framework, so it runs under Swift Testing, XCTest or a plain executable:
 ///
@@ -39,7 +39,7 @@ public struct TransportPair: Sendable {
 /// ```
 ///
 /// Every case makes fresh pairs, and every wait has a timeout (``Configuration/timeout``), so a
-/// broken transport fails with a ``ConformanceFailure`` naming what did not happen; it never
+/// broken transport fails with a `ConformanceFailure` naming what did not happen; it never
 /// hangs the suite. Cases are independent and may run in parallel.
 public struct TransportConformanceSuite: Sendable {
     /// Sizes and limits of the suite.
@@ -47,7 +47,7 @@ public struct TransportConformanceSuite: Sendable {
         /// The longest any single wait may take before the case fails.
         public var timeout: Duration = .seconds(60)
         /// The largest message the `messageSizes` case sends; the transport's
-        /// ``MessageConnection/maxMessageSize`` must be at least this. Default 16 MiB.
+        /// `MessageConnection.maxMessageSize` must be at least this. Default 16 MiB.
         public var largestMessage: Int = 16 << 20
         /// Messages per direction in the `ordering` case.
         public var orderingCount: Int = 1000
@@ -81,7 +81,7 @@ public struct TransportConformanceSuite: Sendable {
         "backpressure", "closeCodeAndReason", "useAfterClose", "simultaneousClose",
         "closeWhileSending", "peerVanishes", "peerVanishesWhileSending",
     ]
-    /// The cases that also need a ``Transport`` (``init(transport:listenOn:connectOptions:listenOptions:configuration:drop:)``).
+    /// The cases that also need a `Transport` (``init(transport:listenOn:connectOptions:listenOptions:configuration:drop:)``).
     public static let listenerCaseNames = ["listenerAcceptsMany", "listenerClose"]
     /// Every case.
     public static let caseNames = connectionCaseNames + listenerCaseNames
@@ -141,7 +141,7 @@ public struct TransportConformanceSuite: Sendable {
         harness == nil ? Self.connectionCaseNames : Self.caseNames
     }
 
-    /// Runs one case. Throws a ``ConformanceFailure`` if the transport breaks the contract (or
+    /// Runs one case. Throws a `ConformanceFailure` if the transport breaks the contract (or
     /// an unknown name is given); returns normally if it passes.
     public func run(_ name: String) async throws {
         do {

@@ -130,7 +130,7 @@ public struct WebSocketServerConfiguration: Sendable {
 /// requests on the same port (so a listener can serve `/<db>/_blipsync` and REST together).
 ///
 /// Each accepted TCP connection gets a task: optional TLS handshake, then requests are read
-/// with ``HTTPRequestParser`` (limits: ``WebSocketServerConfiguration/maxHeaderBytes``,
+/// with `HTTPRequestParser` (limits: ``WebSocketServerConfiguration/maxHeaderBytes``,
 /// `maxBodyBytes`, `handshakeTimeout`). An upgrade request (`Upgrade: websocket`) goes to
 /// the first matching route: validated (400/405/426), subprotocol chosen, authentication hook
 /// (401 challenge / reject), then `101` and the route's handler gets a

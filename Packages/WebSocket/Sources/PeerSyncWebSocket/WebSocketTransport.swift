@@ -52,14 +52,14 @@ public struct WebSocketListenOptions: TransportOptions {
     /// Limits of the opening handshake (slow or silent clients are dropped).
     public var handshakeTimeout: Duration = .seconds(10)
     public var maxRequestHeaderBytes: Int = 16 * 1024
-    /// Upgraded connections waiting for ``TransportListener/accept()``; beyond it, clients are
+    /// Upgraded connections waiting for `TransportListener.accept()`; beyond it, clients are
     /// refused with 503. Default 128.
     public var backlog: Int = 128
 
     public init() {}
 }
 
-/// WebSocket client and listener as a ``Transport`` (`ws://`, `wss://`).
+/// WebSocket client and listener as a `Transport` (`ws://`, `wss://`).
 ///
 /// ``connect(to:options:)`` opens TCP (IPv4 or IPv6), runs TLS for `wss`, sends the HTTP/1.1
 /// upgrade (subprotocols, extra headers), answers one `401` Basic challenge with the
@@ -200,7 +200,7 @@ public struct WebSocketTransport: Transport {
     }
 }
 
-/// A ``TransportListener`` over a ``WebSocketServer`` with one route.
+/// A `TransportListener` over a ``WebSocketServer`` with one route.
 public final class WebSocketListener: TransportListener {
     public let endpoint: Endpoint
     /// The underlying server (for its port, or to stop it).

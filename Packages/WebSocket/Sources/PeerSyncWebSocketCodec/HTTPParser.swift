@@ -10,8 +10,8 @@ import PeerSyncCore
 /// status 413). Bodies are framed by `Content-Length` or `Transfer-Encoding: chunked`;
 /// a request with both is rejected (request smuggling), and so is one with any other
 /// transfer coding (`.httpNotImplemented`, status 501: the body would stay encoded) or with
-/// two `Authorization` headers (status 400). Errors are ``PeerSyncError``s and
-/// ``PeerSyncError/httpStatus`` gives the status to answer; after an error the parser stays
+/// two `Authorization` headers (status 400). Errors are `PeerSyncError`s and
+/// `PeerSyncError.httpStatus` gives the status to answer; after an error the parser stays
 /// failed. Not thread-safe.
 public struct HTTPRequestParser: Sendable {
     private var engine: HTTPMessageParser

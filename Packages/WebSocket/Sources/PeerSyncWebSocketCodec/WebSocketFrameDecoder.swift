@@ -14,7 +14,7 @@ import PeerSyncCore
 ///   `.tooLarge` as soon as its header is read (nothing is buffered for it);
 /// - text messages must be valid UTF-8 (`.invalidUTF8`).
 ///
-/// Errors are ``PeerSyncError``s; ``PeerSyncError/webSocketCloseCode`` gives the close code to
+/// Errors are `PeerSyncError`s; `PeerSyncError.webSocketCloseCode` gives the close code to
 /// send. After an error, and after a close frame, the decoder yields nothing more.
 /// Not thread-safe: one owner feeds it and pulls events.
 public struct WebSocketFrameDecoder: Sendable {
@@ -68,7 +68,7 @@ public struct WebSocketFrameDecoder: Sendable {
 
     /// Bytes held for input not yet returned as an event: the payload read so far of an
     /// unfinished data message (all its fragments) or control frame, and a partial header.
-    /// 0 between messages. Connections report it to a ``PartialMessageBudget``.
+    /// 0 between messages. Connections report it to a `PartialMessageBudget`.
     public var partialMessageByteCount: Int { message.count + frameControl.count + headerBytes.count }
 
     /// Stops decoding: drops any partial frame and message (freeing their buffers) and yields

@@ -46,7 +46,7 @@ public struct BLELinkConditions: Sendable, Hashable {
         .nanoseconds(Int64((Double(bytes) * 8 / Double(bitsPerSecond) * 1e9).rounded()))
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for a value out of range.
+    /// Throws `PeerSyncError.Code.invalidArgument` for a value out of range.
     public func validate() throws(PeerSyncError) {
         func fail(_ what: String) -> PeerSyncError { PeerSyncError(.invalidArgument, "invalid BLE link conditions: \(what)") }
         if mtu < 1 { throw fail("mtu must be at least 1 byte") }

@@ -5,7 +5,7 @@ import PeerSyncTransport
 /// A simulated Bluetooth LE link between two L2CAP channel ends, made of real kernel sockets:
 /// `central ⇄ shaper ⇄ peripheral`, two connected `AF_UNIX` `SOCK_SEQPACKET` pairs whose
 /// inner ends a relay (on the same reactor as everything else) joins, shaped to
-/// ``BLELinkConditions``. The ends are plain ``SeqPacketSocket``s with the kernel's seqpacket
+/// ``BLELinkConditions``. The ends are plain `SeqPacketSocket`s with the kernel's seqpacket
 /// semantics (message boundaries, full buffers, shutdown, resets): whatever runs over them
 /// would run over a BlueZ L2CAP socket unchanged.
 ///
@@ -86,8 +86,8 @@ public final class SimulatedBLELink: Sendable {
     }
 
     /// Opens a link and returns it with its two ends (owned by the caller, who closes them).
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for invalid conditions, or the socket
-    /// errors of ``SeqPacketSocket/pair()``.
+    /// Throws `PeerSyncError.Code.invalidArgument` for invalid conditions, or the socket
+    /// errors of `SeqPacketSocket.pair()`.
     public static func open(conditions: BLELinkConditions = .bluetoothLE) throws(PeerSyncError)
         -> (link: SimulatedBLELink, central: SeqPacketSocket, peripheral: SeqPacketSocket) {
         try conditions.validate()

@@ -19,7 +19,7 @@ public struct BLEDiscoveryConfiguration: Sendable, Hashable {
 
     public init() {}
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for a non-positive duration or an MTU
+    /// Throws `PeerSyncError.Code.invalidArgument` for a non-positive duration or an MTU
     /// outside 23...517.
     public func validate() throws(PeerSyncError) {
         for (name, value) in [("advertisementTimeout", advertisementTimeout), ("nameProbeDuration", nameProbeDuration),

@@ -36,7 +36,7 @@ public struct BLEListenOptions: TransportOptions {
     public var subprotocol: String? = BLETransport.defaultSubprotocol
     /// Time an accepted channel has to finish the TLS handshake before it is dropped. Default 10 s.
     public var handshakeTimeout: Duration = .seconds(10)
-    /// Connections waiting for ``TransportListener/accept()``; beyond, new channels are
+    /// Connections waiting for `TransportListener.accept()`; beyond, new channels are
     /// closed. Default 128.
     public var backlog = 128
     /// Packet size of writes; nil (default): as ``BLEConnectOptions/fragmentSize``.

@@ -29,7 +29,7 @@ public struct L2CAPChannel: Sendable {
 /// over real `AF_BLUETOOTH` sockets.
 ///
 /// Contract: ``connect(to:psm:timeout:)`` returns a connected channel or throws a
-/// ``PeerSyncError`` — `.connectionRefused` when nothing listens on that PSM, `.timeout`,
+/// `PeerSyncError` — `.connectionRefused` when nothing listens on that PSM, `.timeout`,
 /// `.invalidArgument` for a malformed address or PSM; ``listen(psm:)`` binds `psm` (nil: a free
 /// dynamic LE PSM, 0x0080–0x00FF) or throws `.addressInUse`. Every method may be called from
 /// any task, concurrently.

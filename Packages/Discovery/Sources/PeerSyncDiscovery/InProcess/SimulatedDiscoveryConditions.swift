@@ -37,7 +37,7 @@ public struct SimulatedDiscoveryConditions: Sendable, Hashable {
     /// Whether events are delivered immediately (no delay, jitter or loss).
     public var isPerfect: Bool { delay == .zero && jitter == .zero && lossProbability == 0 }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for negative durations, a non-positive
+    /// Throws `PeerSyncError.Code.invalidArgument` for negative durations, a non-positive
     /// retransmit interval with loss, or a loss probability outside `0..<1`.
     public func validate() throws(PeerSyncError) {
         func fail(_ what: String) -> PeerSyncError { PeerSyncError(.invalidArgument, "invalid discovery conditions: \(what)") }
