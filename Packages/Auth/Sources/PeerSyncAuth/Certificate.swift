@@ -24,10 +24,13 @@ public struct KeyUsages: OptionSet, Sendable, Hashable, CustomStringConvertible 
 
 /// A subject alternative name of a certificate.
 public enum SubjectAlternativeName: Sendable, Hashable, CustomStringConvertible {
+    /// A DNS host name (`DNS:`).
     case dnsName(String)
     /// Textual IPv4 or IPv6 address.
     case ipAddress(String)
+    /// An e-mail address (`email:`).
     case email(String)
+    /// A URI (`URI:`).
     case uri(String)
 
     public var description: String {

@@ -7,15 +7,25 @@ import PeerSyncCore
 
 /// Common name (CN). Required.
 public let certAttrCommonName = "CN"
+/// Pseudonym.
 public let certAttrPseudonym = "pseudonym"
+/// Given name (GN).
 public let certAttrGivenName = "GN"
+/// Surname (SN).
 public let certAttrSurname = "SN"
+/// Organization (O).
 public let certAttrOrganization = "O"
+/// Organizational unit (OU).
 public let certAttrOrganizationUnit = "OU"
+/// Postal address.
 public let certAttrPostalAddress = "postalAddress"
+/// Locality (L), e.g. a city.
 public let certAttrLocality = "locality"
+/// Postal code.
 public let certAttrPostalCode = "postalCode"
+/// State or province (ST).
 public let certAttrStateOrProvince = "ST"
+/// Country (C), a two-letter ISO 3166 code.
 public let certAttrCountry = "C"
 /// E-mail address (subject alternative name `email:`).
 public let certAttrEmailAddress = "rfc822Name"

@@ -15,9 +15,13 @@ public protocol BLIPFrameChannel: Sendable {
 
 /// An incoming request handed to a handler.
 public struct BLIPRequest: Sendable {
+    /// The whole request as received (its body assembled).
     public let message: BLIPMessage
+    /// The request's `Profile` property: which handler it went to.
     public var profile: String? { message.profile }
+    /// The request's properties, in the order sent.
     public var properties: BLIPProperties { message.properties }
+    /// The request's body, decompressed.
     public var body: [UInt8] { message.body }
     /// Whether the sender expects no response (any response returned is dropped).
     public var noReply: Bool { message.flags.contains(.noReply) }
@@ -53,6 +57,9 @@ public enum BLIPCloseReason: Sendable, Equatable {
 /// memory. Incoming *requests* are always assembled whole (up to
 /// ``BLIPTuning/maxMessageSize``).
 public actor BLIPConnection {
+    /// Answers a request: the response to send, or nil to send an empty one. A thrown
+    /// `PeerSyncError` is sent as an error reply (exactly the `BLIPError` it carries, if any); any
+    /// other error as `BLIP`/500.
     public typealias Handler = @Sendable (BLIPRequest) async throws -> BLIPMessage?
     /// A handler that may answer with a streamed body.
     public typealias StreamingHandler = @Sendable (BLIPRequest) async throws -> BLIPReply?
@@ -119,6 +126,7 @@ public actor BLIPConnection {
     }
 
     private let channel: any BLIPFrameChannel
+    /// The limits and settings this connection was created with.
     public nonisolated let tuning: BLIPTuning
     private let encoder: BLIPFrameEncoder
     private let decoder: BLIPFrameDecoder
@@ -170,6 +178,8 @@ public actor BLIPConnection {
         mutating func removeFirst() { advanceHead(&entries, &head) }
     }
 
+    /// A connection over `channel`, idle until ``start()``: register handlers first. Throws a
+    /// `PeerSyncError` if zlib cannot be set up with `tuning`'s compression level.
     public init(channel: any BLIPFrameChannel, tuning: BLIPTuning = BLIPTuning()) throws {
         self.channel = channel
         self.tuning = tuning
@@ -409,6 +419,7 @@ public actor BLIPConnection {
         return await withCheckedContinuation { closeWaiters.append($0) }
     }
 
+    /// Whether the connection has ended (``waitUntilClosed()`` returns why).
     public var isClosed: Bool { closeReason != nil }
 
     // MARK: - Writing

@@ -17,6 +17,7 @@ public struct BLIPError: PeerSyncErrorDetail, CustomStringConvertible {
     /// The human-readable message (the reply's body, UTF-8).
     public var message: String
 
+    /// An error reply of `domain` and `code` with `message` as its body.
     public init(domain: String, code: Int, message: String) {
         self.domain = domain
         self.code = code

@@ -21,6 +21,7 @@ public struct DNSSDConfiguration: Sendable, Hashable {
     /// not reported gone and back. Default 3 s.
     public var reconcileGrace: Duration = .seconds(3)
 
+    /// The defaults listed with each property.
     public init() {}
 
     /// Throws `PeerSyncError.Code.invalidArgument` unless the service type is

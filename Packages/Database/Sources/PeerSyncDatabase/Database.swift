@@ -32,6 +32,9 @@ public struct DatabaseConfiguration: Sendable {
     /// open.
     public var maximumReaderCount: Int
 
+    /// A configuration with every setting given; the defaults are the properties' (the current
+    /// directory, 20 revisions of tree depth, 20 MiB bodies, durable commits, a 50 ms poll, a
+    /// 10 s busy timeout, 4 readers).
     public init(directory: String = FileManager.default.currentDirectoryPath, backend: any StorageBackend,
                 maxRevTreeDepth: Int = 20, maxBodySize: Int = 20 * 1024 * 1024, durable: Bool = true,
                 changePollInterval: Duration = .milliseconds(50), busyTimeout: Duration = .seconds(10),

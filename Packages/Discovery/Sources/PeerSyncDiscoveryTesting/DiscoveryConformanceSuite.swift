@@ -34,6 +34,7 @@ public struct DiscoveryConformanceSuite: Sendable {
         /// Peers the `manyPeers` case publishes (spread over three hosts). Default 12.
         public var manyPeers: Int = 12
 
+        /// The defaults listed with each property.
         public init() {}
     }
 
@@ -41,9 +42,12 @@ public struct DiscoveryConformanceSuite: Sendable {
     /// `avahi-daemon`; `InProcessDiscoveryRegistry.beginOutage(reason:)`). Needed by the
     /// cases in ``outageCaseNames``.
     public struct Outage: Sendable {
+        /// Takes the service away (e.g. stops the daemon); returns once it is gone.
         public var begin: @Sendable () async throws -> Void
+        /// Brings the service back; returns once it has been restarted.
         public var end: @Sendable () async throws -> Void
 
+        /// An outage made by `begin` and undone by `end`.
         public init(begin: @escaping @Sendable () async throws -> Void, end: @escaping @Sendable () async throws -> Void) {
             self.begin = begin
             self.end = end
@@ -60,6 +64,7 @@ public struct DiscoveryConformanceSuite: Sendable {
     /// Every case.
     public static let caseNames = basicCaseNames + outageCaseNames
 
+    /// The waits and sizes the cases use.
     public let configuration: Configuration
     let makeHost: @Sendable (String) async throws -> any Discovery
     let outage: Outage?

@@ -37,6 +37,8 @@ import Darwin
 ///
 /// Threading: every method blocks the calling thread (see `Storage`).
 public struct LMDBStorageBackend: StorageBackend {
+    /// The LMDB backend. It holds no state: the environments it opens are shared per directory
+    /// within the process (see above).
     public init() {}
 
     public var name: String { "lmdb" }

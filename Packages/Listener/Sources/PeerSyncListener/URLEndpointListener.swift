@@ -86,6 +86,7 @@ public struct URLEndpointListenerConnectionStatus: Sendable, Hashable {
 /// is registered with its database: `Database.close()` stops it first (as ``stop()`` does),
 /// and starting it on a closed database throws `.closed`.
 public final class URLEndpointListener: Sendable {
+    /// Couchbase Lite's name for ``URLEndpointListenerConnectionStatus``.
     public typealias ConnectionStatus = URLEndpointListenerConnectionStatus
 
     /// The configuration it was created with (``tlsIdentity`` may differ once started with an

@@ -52,6 +52,8 @@ public final class InProcessMeshLinks: MeshLinkTransport {
 
     private let state = LockedValue(State())
 
+    /// Links of host `host` on `network`, reported as `transport` (default `.wifi`), shaped by
+    /// `conditions` (default none: instant, lossless).
     public init(network: LoopbackNetwork, host: String, transport: MultipeerTransport = .wifi,
                 conditions: LinkConditions? = nil) {
         self.network = network

@@ -8,7 +8,8 @@ import PeerSyncTransport
 public enum MultipeerTransport: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// DNS-SD discovery and WebSocket over mutual TLS on the local network.
     case wifi
-    /// Bluetooth LE discovery and an L2CAP channel (not built yet: see issue 12).
+    /// Bluetooth LE discovery and an L2CAP channel. `PeerSyncBLE` has that transport and
+    /// discovery, but the mesh does not use them yet (issue 12): a replicator made for it throws.
     case bluetooth
 
     public var description: String { rawValue }
@@ -29,6 +30,7 @@ public struct MeshLinkContext: Sendable {
     /// ready connection; a peer that stalls longer is dropped. Default 10 s.
     public var handshakeTimeout: Duration
 
+    /// A context with these values; `handshakeTimeout` defaults to 10 s.
     public init(identity: TLSIdentity, authenticate: @escaping @Sendable ([Certificate]) -> Bool,
                 handshakeTimeout: Duration = .seconds(10)) {
         self.identity = identity
@@ -45,6 +47,7 @@ public struct MeshListeningAddress: Sendable, Hashable {
     /// The addresses to announce; empty means "the host's addresses" (the discovery fills them in).
     public var addresses: [String]
 
+    /// An address to announce: `port`, on `addresses` (default none: the host's).
     public init(port: UInt16, addresses: [String] = []) {
         self.port = port
         self.addresses = addresses
@@ -97,6 +100,8 @@ public struct MeshNetwork: Sendable {
     /// Connects to the peers the discovery finds, and accepts their links.
     public var links: any MeshLinkTransport
 
+    /// A network pairing `discovery` with `links`; both must reach the same peers (e.g. DNS-SD
+    /// with WebSocket links on one LAN).
     public init(discovery: any Discovery, links: any MeshLinkTransport) {
         self.discovery = discovery
         self.links = links

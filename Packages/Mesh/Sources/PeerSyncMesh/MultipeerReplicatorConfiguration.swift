@@ -149,6 +149,8 @@ public typealias MultipeerReplicationFilter = @Sendable (_ peerID: PeerID, _ doc
 /// concurrently for different documents; throwing leaves the conflict for a later pull and
 /// reports the error on that document.
 public protocol MultipeerConflictResolver: Sendable {
+    /// The document to keep for `conflict`, pulled from `peerID`: the local or remote one, a merge,
+    /// or nil to delete (saved as `ConflictResolver` describes).
     func resolve(peerID: PeerID, conflict: Conflict) async throws -> (any DocumentProperties)?
 }
 
@@ -170,6 +172,7 @@ public struct MultipeerCollectionConfiguration: Sendable {
     /// winner on every peer).
     public var conflictResolver: (any MultipeerConflictResolver)?
 
+    /// Replicates `collection` entirely, with the default resolver (see the properties).
     public init(collection: Collection) {
         self.collection = collection
     }

@@ -13,7 +13,7 @@ extension MultipeerReplicator {
     /// `avahi-daemon` if it is not running (the Wi-Fi status says so).
     ///
     /// - Throws: ``PeerSyncError/Code/invalidArgument`` if `config.transports` lists
-    ///   ``MultipeerTransport/bluetooth`` ("Bluetooth LE is not built yet", issue 12), for
+    ///   ``MultipeerTransport/bluetooth`` (the mesh does not use `PeerSyncBLE` yet, issue 12), for
     ///   invalid `wifi` options or tunables (see ``init(config:networks:)``);
     ///   ``PeerSyncError/Code/io`` if the discovery's thread cannot start.
     public convenience init(config: MultipeerReplicatorConfiguration,

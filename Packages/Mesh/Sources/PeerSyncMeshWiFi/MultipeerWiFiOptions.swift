@@ -27,6 +27,8 @@ public struct MultipeerWiFiOptions: Sendable, Hashable {
     /// timeout (30 s) rather than at the next write. Default 15 s; nil: never.
     public var heartbeatInterval: Duration? = .seconds(15)
 
+    /// Options with this port, interface and bind address; the other settings keep their defaults.
+    /// Not validated here: see ``validate()``.
     public init(port: UInt16 = 0, interface: String? = nil, bindAddress: String? = nil) {
         self.port = port
         self.interface = interface

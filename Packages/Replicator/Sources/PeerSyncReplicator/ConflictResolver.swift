@@ -4,13 +4,15 @@ import PeerSyncDatabase
 /// A conflict found while pulling: the local and the remote revision of one document are
 /// both leaves and neither descends from the other. A nil document means that side deleted it.
 public struct Conflict: Sendable {
+    /// The ID of the document in conflict.
     public let documentID: String
     /// The local revision, nil if it is a deletion.
     public let localDocument: Document?
     /// The remote (pulled) revision, nil if it is a deletion.
     public let remoteDocument: Document?
-    /// The local and remote revision IDs.
+    /// The local revision's ID.
     public let localRevisionID: RevisionID
+    /// The remote revision's ID.
     public let remoteRevisionID: RevisionID
 }
 
@@ -32,6 +34,8 @@ public struct Conflict: Sendable {
 /// bodies) — the higher revision ID wins on both sides, without a new revision (Replicator
 /// README, "Conflicts").
 public protocol ConflictResolver: Sendable {
+    /// The document to keep for `conflict`: its local or remote document, a merge, or nil to
+    /// delete.
     func resolve(_ conflict: Conflict) async throws -> (any DocumentProperties)?
 }
 

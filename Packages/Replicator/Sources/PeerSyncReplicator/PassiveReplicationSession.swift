@@ -12,6 +12,8 @@ import PeerSyncDatabase
 /// where `blip` is a not-yet-started `BLIPConnection` (e.g. `BLIPConnection(connection:)`
 /// over an accepted transport connection). `run()` starts it and returns when it closes.
 public struct PassiveReplicationSession: Sendable {
+    /// How a passive session treats its peer; the defaults are a listener's (read-write, no delta
+    /// sync, 60 s reply timeout).
     public struct Options: Sendable {
         /// Peers may pull but not push (pushes are answered `HTTP`/403).
         public var readOnly: Bool
@@ -27,6 +29,7 @@ public struct PassiveReplicationSession: Sendable {
         /// direction; keep it quick. Default nil.
         public var onDocumentReplication: (@Sendable (DocumentReplication) -> Void)? = nil
 
+        /// Options with these values and no document replication callback.
         public init(readOnly: Bool = false, enableDeltaSync: Bool = false, replyTimeout: Duration = .seconds(60)) {
             self.readOnly = readOnly
             self.enableDeltaSync = enableDeltaSync

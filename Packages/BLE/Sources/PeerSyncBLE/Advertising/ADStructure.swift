@@ -36,6 +36,7 @@ public struct ADStructure: Sendable, Hashable, CustomStringConvertible {
     /// The data (at most 254 bytes: the length byte counts the type too).
     public var data: [UInt8]
 
+    /// An AD structure of `type` carrying `data`, taken as given: encoding checks the sizes.
     public init(type: UInt8, data: [UInt8]) {
         self.type = type
         self.data = data

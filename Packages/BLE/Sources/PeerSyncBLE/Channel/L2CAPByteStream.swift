@@ -67,6 +67,10 @@ public final class L2CAPByteStream: ByteStream {
                       remoteAddress: channel.remoteAddress)
     }
 
+    /// The next bytes: the rest of a packet a previous read left, else the next packet (up to
+    /// `maxBytes`; the remainder is kept for the next read); nil once the peer closed the channel.
+    /// Throws `.invalidArgument` for `maxBytes` ≤ 0, `.protocolError` for a packet over the
+    /// receive MTU, and the socket's errors. One read at a time.
     public func read(maxBytes: Int) async throws -> [UInt8]? {
         guard maxBytes > 0 else { throw PeerSyncError(.invalidArgument, "read(maxBytes:) needs maxBytes > 0") }
         if let rest = takePending(maxBytes) { return rest }
@@ -91,6 +95,9 @@ public final class L2CAPByteStream: ByteStream {
         }
     }
 
+    /// Sends `bytes` as packets of at most the fragment size, in order, suspending while the
+    /// channel has no credits; throws the socket's errors (a closed or broken channel). One write
+    /// at a time.
     public func write(_ bytes: [UInt8]) async throws {
         var offset = 0
         while offset < bytes.count {
@@ -104,6 +111,7 @@ public final class L2CAPByteStream: ByteStream {
         socket.shutdownOutput()
     }
 
+    /// Closes the channel's socket; pending reads and writes end. Idempotent.
     public func close() async {
         socket.close()
     }

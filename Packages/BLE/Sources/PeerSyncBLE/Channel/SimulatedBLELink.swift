@@ -37,9 +37,11 @@ public final class SimulatedBLELink: Sendable {
     public struct Statistics: Sendable, Hashable {
         /// Packets and payload bytes accepted from the central end, toward the peripheral.
         public var packetsToPeripheral = 0
+        /// Payload bytes accepted from the central end, toward the peripheral.
         public var bytesToPeripheral = 0
         /// Packets and payload bytes accepted from the peripheral end, toward the central.
         public var packetsToCentral = 0
+        /// Payload bytes accepted from the peripheral end, toward the central.
         public var bytesToCentral = 0
         /// Packets over the MTU (each breaks the link).
         public var oversizedPackets = 0

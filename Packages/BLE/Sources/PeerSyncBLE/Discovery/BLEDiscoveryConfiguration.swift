@@ -17,6 +17,7 @@ public struct BLEDiscoveryConfiguration: Sendable, Hashable {
     /// Default 1 s.
     public var reconnectInterval: Duration = .seconds(1)
 
+    /// The defaults listed with each property.
     public init() {}
 
     /// Throws `PeerSyncError.Code.invalidArgument` for a non-positive duration or an MTU

@@ -14,6 +14,7 @@ public struct L2CAPChannel: Sendable {
     /// The PSM of the channel (the listener's).
     public let psm: UInt16
 
+    /// A channel over a connected `socket`, which it now owns; the values are taken as given.
     public init(socket: SeqPacketSocket, sendMTU: Int, receiveMTU: Int, remoteAddress: String, psm: UInt16) {
         self.socket = socket
         self.sendMTU = sendMTU

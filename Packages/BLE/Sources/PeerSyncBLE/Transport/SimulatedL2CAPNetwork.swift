@@ -29,6 +29,7 @@ public final class SimulatedL2CAPNetwork: Sendable {
     /// The first PSM handed out when a listener asks for any: the LE dynamic range 0x0080–0x00FF.
     static let dynamicPSMs: ClosedRange<UInt16> = 0x0080...0x00FF
 
+    /// An empty network whose links are shaped by `conditions` (default ``BLELinkConditions/bluetoothLE``).
     public init(conditions: BLELinkConditions = .bluetoothLE) {
         state = LockedValue(State(conditions: conditions))
     }
@@ -101,6 +102,7 @@ public final class SimulatedL2CAPNetwork: Sendable {
 
 /// One device of a ``SimulatedL2CAPNetwork``.
 public struct SimulatedL2CAPConnector: L2CAPConnector {
+    /// The network this device is on.
     public let network: SimulatedL2CAPNetwork
     public let localAddress: String
 

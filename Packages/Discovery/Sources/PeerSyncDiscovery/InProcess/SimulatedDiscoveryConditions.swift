@@ -22,6 +22,8 @@ public struct SimulatedDiscoveryConditions: Sendable, Hashable {
     /// Seeds every random draw.
     public var seed: UInt64
 
+    /// Conditions with every setting given; the defaults (no delay, no jitter, no loss, a 100 ms
+    /// retransmit interval, seed 0) deliver every event at once.
     public init(delay: Duration = .zero, jitter: Duration = .zero, lossProbability: Double = 0,
                 retransmitInterval: Duration = .milliseconds(100), seed: UInt64 = 0) {
         self.delay = delay
