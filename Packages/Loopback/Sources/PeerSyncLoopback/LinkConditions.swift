@@ -34,6 +34,8 @@ public struct LinkConditions: Sendable, Hashable {
     /// vary them.
     public var seed: UInt64
 
+    /// Conditions with every setting given; the defaults (no latency, jitter, bandwidth limit,
+    /// fragmentation or loss; seed 0) make an ideal link.
     public init(latency: Duration = .zero, jitter: Duration = .zero, bandwidth: Int? = nil, mtu: Int? = nil,
                 dropAfterBytes: Int? = nil, disconnectProbability: Double = 0, seed: UInt64 = 0) {
         self.latency = latency

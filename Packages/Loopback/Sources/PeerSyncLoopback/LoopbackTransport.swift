@@ -19,6 +19,8 @@ public struct LoopbackConnectOptions: TransportOptions {
 
     public init() {}
 
+    /// Options shaping the link with `conditions` (nil: an ideal link) and recording it in `trace`
+    /// (default none); buffers and message size keep their defaults.
     public init(conditions: LinkConditions?, trace: LinkTrace? = nil) {
         self.conditions = conditions
         self.trace = trace
@@ -51,7 +53,9 @@ public struct LoopbackListenOptions: TransportOptions {
 ///
 /// A value type; copies share the network. All methods are safe from any task.
 public struct LoopbackTransport: Transport {
+    /// Link conditions, trace, buffers and message size of an outgoing connection.
     public typealias ConnectOptions = LoopbackConnectOptions
+    /// Backlog, buffers and message size of a listener.
     public typealias ListenOptions = LoopbackListenOptions
 
     /// The network this transport connects and listens on.

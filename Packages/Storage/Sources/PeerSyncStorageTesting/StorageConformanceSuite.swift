@@ -40,13 +40,17 @@ public struct StorageConformanceSuite: Sendable {
         /// with writers serialized across them. Required for the multi-process cases.
         public var multiProcess: Bool
 
+        /// Capabilities with multi-process support on or off.
         public init(multiProcess: Bool) {
             self.multiProcess = multiProcess
         }
     }
 
+    /// The backend under test.
     public let backend: any StorageBackend
+    /// What the backend supports: decides which cases apply.
     public let capabilities: Capabilities
+    /// How to start the child process of the multi-process cases; nil without one.
     public let childLauncher: ChildProcessLauncher?
     /// Called with every store directory a case used, after the case, to delete data a backend
     /// keeps outside the directory (e.g. `MemoryStorageBackend.removeStore(in:)`).
@@ -119,11 +123,15 @@ public struct StorageConformanceSuite: Sendable {
 /// calls ``StorageConformanceChild/main(arguments:backend:)`` with the backend under test.
 /// The suite runs `executablePath` with `arguments` followed by its own arguments.
 public struct ChildProcessLauncher: Sendable, Hashable {
+    /// The executable to run (absolute path).
     public var executablePath: String
+    /// Arguments before the suite's own (e.g. a test filter).
     public var arguments: [String]
     /// Extra environment variables for the child (added to this process's environment).
     public var environment: [String: String]
 
+    /// A launcher of `executablePath` with leading `arguments` and extra `environment` (defaults:
+    /// none).
     public init(executablePath: String, arguments: [String] = [], environment: [String: String] = [:]) {
         self.executablePath = executablePath
         self.arguments = arguments
@@ -133,14 +141,19 @@ public struct ChildProcessLauncher: Sendable, Hashable {
 
 /// A failed conformance check.
 public struct ConformanceFailure: Error, CustomStringConvertible {
+    /// The case that failed.
     public let caseName: String
+    /// What went wrong.
     public let message: String
     /// Where the failed check is in the suite (empty/0 for an unexpected error).
     public let file: String
+    /// The line of the failed check in ``file``.
     public let line: Int
     /// The unexpected error a backend threw, if that is the failure.
     public let underlying: (any Error)?
 
+    /// A failure of `caseName` at `file`:`line` (empty and 0 for an unexpected error), with the
+    /// backend's error if it threw one.
     public init(caseName: String, message: String, file: String, line: Int, underlying: (any Error)? = nil) {
         self.caseName = caseName
         self.message = message
@@ -158,7 +171,9 @@ public struct ConformanceFailure: Error, CustomStringConvertible {
 /// apply to the backend under test. Harnesses should not run such cases (use
 /// ``StorageConformanceSuite/caseNames(for:)``), so seeing this error is a harness bug.
 public struct ConformanceCaseNotApplicable: Error, CustomStringConvertible {
+    /// The case asked for.
     public let caseName: String
+    /// Why it cannot run (unknown, or needs a capability the backend lacks).
     public let reason: String
     public var description: String { "conformance case \(caseName) not applicable: \(reason)" }
 }

@@ -31,7 +31,9 @@ public struct NoTransportOptions: TransportOptions, Hashable {
 /// returns a listener whose ``TransportListener/endpoint`` is the address actually bound.
 /// Both are safe to call from any task, concurrently.
 public protocol Transport: Sendable {
+    /// The options of ``connect(to:options:)``; ``NoTransportOptions`` by default.
     associatedtype ConnectOptions: TransportOptions = NoTransportOptions
+    /// The options of ``listen(on:options:)``; ``NoTransportOptions`` by default.
     associatedtype ListenOptions: TransportOptions = NoTransportOptions
 
     /// The kind of the connections this transport makes.

@@ -15,6 +15,7 @@ public struct TransportPair: Sendable {
     /// once after every case, whether it passed or failed.
     public var cleanup: @Sendable () async -> Void
 
+    /// A pair of connected ends; `cleanup` defaults to nothing.
     public init(client: any MessageConnection, server: any MessageConnection,
                 dropServer: @escaping @Sendable () async -> Void,
                 cleanup: @escaping @Sendable () async -> Void = {}) {
@@ -65,6 +66,7 @@ public struct TransportConformanceSuite: Sendable {
         /// Connections the `listenerAcceptsMany` case opens at once.
         public var listenerConnections: Int = 8
 
+        /// The defaults listed with each property.
         public init() {}
     }
 
@@ -86,6 +88,7 @@ public struct TransportConformanceSuite: Sendable {
     /// Every case.
     public static let caseNames = connectionCaseNames + listenerCaseNames
 
+    /// The counts, sizes and waits the cases use.
     public let configuration: Configuration
     let makePair: @Sendable () async throws -> TransportPair
     let harness: ListenerHarness?

@@ -51,6 +51,7 @@ public struct WebSocketListenOptions: TransportOptions {
     public var connection = WebSocketConfiguration()
     /// Limits of the opening handshake (slow or silent clients are dropped).
     public var handshakeTimeout: Duration = .seconds(10)
+    /// The largest upgrade request header accepted (431 beyond). Default 16 KiB.
     public var maxRequestHeaderBytes: Int = 16 * 1024
     /// Upgraded connections waiting for `TransportListener.accept()`; beyond it, clients are
     /// refused with 503. Default 128.
@@ -73,9 +74,12 @@ public struct WebSocketListenOptions: TransportOptions {
 /// on the endpoint's path (any path when it is empty or `/`). For several paths and plain
 /// HTTP on one port, use ``WebSocketServer``.
 public struct WebSocketTransport: Transport {
+    /// Subprotocols, headers, credentials, TLS and timeouts of an outgoing connection.
     public typealias ConnectOptions = WebSocketClientOptions
+    /// TLS, subprotocols, authentication, limits and backlog of a listener.
     public typealias ListenOptions = WebSocketListenOptions
 
+    /// The transport; it holds no state (each connection and listener is its own).
     public init() {}
 
     public var kind: TransportKind { .webSocket }

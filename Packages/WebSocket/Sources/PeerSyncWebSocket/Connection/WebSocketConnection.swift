@@ -30,10 +30,12 @@ public struct WebSocketConfiguration: Sendable, Hashable {
     /// Incoming messages buffered until ``WebSocketConnection/receive()`` takes them; when
     /// full, the connection stops reading the socket (TCP backpressure). Default 64 / 4 MiB.
     public var receiveBufferMessages: Int = 64
+    /// The bytes of that buffer (a single larger message still fits alone). Default 4 MiB.
     public var receiveBufferBytes: Int = 4 << 20
     /// Outgoing bytes buffered before `send` suspends. Default 1 MiB.
     public var sendBufferBytes: Int = 1 << 20
 
+    /// The defaults listed with each property.
     public init() {}
 }
 
@@ -58,7 +60,9 @@ public struct WebSocketConfiguration: Sendable, Hashable {
 /// ``init(stream:role:configuration:subprotocol:initialBytes:peerCertificateChain:kind:handshakeRequest:handshakeResponse:authenticatedUser:partialMessageBudget:)``
 /// yourself to run WebSocket framing over another byte stream after your own handshake.
 public final class WebSocketConnection: MessageConnection {
+    /// Client (masks its frames) or server.
     public let role: WebSocketRole
+    /// The settings it runs with.
     public let configuration: WebSocketConfiguration
     /// The subprotocol agreed in the handshake, if any.
     public let subprotocol: String?
