@@ -39,7 +39,7 @@ public struct BLIPError: PeerSyncErrorDetail, CustomStringConvertible {
 }
 
 extension PeerSyncError {
-    /// An error that carries `blip` as its ``detail``, with `blip`'s message; `code` says what
+    /// An error that carries `blip` as its `detail`, with `blip`'s message; `code` says what
     /// it means to the local side (e.g. the replicator's `.replicationFailed`).
     public init(_ code: Code, blip: BLIPError, context: [String: String] = [:]) {
         self.init(code, blip.message, context: context, detail: blip)

@@ -4,18 +4,18 @@ import PeerSyncMesh
 
 extension MultipeerReplicator {
     /// A replicator on the real networks `config.transports` lists, as Couchbase Lite's
-    /// `MultipeerReplicator(config:)`: for ``MultipeerTransport/wifi``, DNS-SD through the Avahi
-    /// daemon (``DNSSDDiscovery``, on `wifi.interface` when set) paired with
+    /// `MultipeerReplicator(config:)`: for `MultipeerTransport.wifi`, DNS-SD through the Avahi
+    /// daemon (`DNSSDDiscovery`, on `wifi.interface` when set) paired with
     /// ``WiFiMeshLinkTransport`` (WebSocket over mutual TLS on `wifi.port`).
     ///
-    /// Nothing touches the network before ``start()``; the DNS-SD discovery connects to the
+    /// Nothing touches the network before `start()`; the DNS-SD discovery connects to the
     /// system D-Bus in the background (`DBUS_SYSTEM_BUS_ADDRESS` moves it) and waits for
     /// `avahi-daemon` if it is not running (the Wi-Fi status says so).
     ///
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` if `config.transports` lists
-    ///   ``MultipeerTransport/bluetooth`` (the mesh does not use `PeerSyncBLE` yet, issue 12), for
-    ///   invalid `wifi` options or tunables (see ``init(config:networks:)``);
-    ///   ``PeerSyncError/Code/io`` if the discovery's thread cannot start.
+    /// - Throws: `PeerSyncError.Code.invalidArgument` if `config.transports` lists
+    ///   `MultipeerTransport.bluetooth` (the mesh does not use `PeerSyncBLE` yet, issue 12), for
+    ///   invalid `wifi` options or tunables (see `init(config:networks:)`);
+    ///   `PeerSyncError.Code.io` if the discovery's thread cannot start.
     public convenience init(config: MultipeerReplicatorConfiguration,
                             wifi: MultipeerWiFiOptions = MultipeerWiFiOptions()) throws {
         var networks: [MeshNetwork] = []
