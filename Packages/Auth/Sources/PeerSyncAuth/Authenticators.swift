@@ -8,17 +8,19 @@ import PeerSyncTransport
 // and a replicator over a custom transport must not link it). These aliases keep
 // `import PeerSyncAuth` + `BasicAuthenticator(...)` compiling.
 
-/// Credentials a replicator presents to a listener: ``PeerSyncTransport/Authenticator``.
+/// Credentials a replicator presents to a listener: `PeerSyncTransport.Authenticator`.
 public typealias Authenticator = PeerSyncTransport.Authenticator
 
-/// HTTP Basic credentials: ``PeerSyncTransport/BasicAuthenticator``.
+/// HTTP Basic credentials: `PeerSyncTransport.BasicAuthenticator`.
 public typealias BasicAuthenticator = PeerSyncTransport.BasicAuthenticator
 
 /// Presents a TLS client certificate (mutual TLS). Put its ``identity`` into
 /// ``TLSConfiguration/identity`` of the client (``tlsConfiguration(serverName:serverTrust:)``).
 public struct ClientCertificateAuthenticator: Authenticator {
+    /// The certificate and key presented to the listener; it must allow client authentication.
     public let identity: TLSIdentity
 
+    /// Presents `identity` (see ``identity``).
     public init(identity: TLSIdentity) { self.identity = identity }
 
     /// A client TLS configuration presenting this identity.
@@ -56,6 +58,7 @@ public struct ListenerPasswordAuthenticator: ListenerAuthenticator {
         }
     }
 
+    /// Whether the credentials are valid: the callback's answer, computed on the calling task.
     public func authenticate(username: String, password: String) -> Bool { check(username, password) }
 
     /// Parses an `Authorization` header value and authenticates it; `false` when it is

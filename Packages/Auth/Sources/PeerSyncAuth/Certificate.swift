@@ -24,10 +24,13 @@ public struct KeyUsages: OptionSet, Sendable, Hashable, CustomStringConvertible 
 
 /// A subject alternative name of a certificate.
 public enum SubjectAlternativeName: Sendable, Hashable, CustomStringConvertible {
+    /// A DNS host name (`DNS:`).
     case dnsName(String)
     /// Textual IPv4 or IPv6 address.
     case ipAddress(String)
+    /// An e-mail address (`email:`).
     case email(String)
+    /// A URI (`URI:`).
     case uri(String)
 
     public var description: String {
@@ -43,7 +46,7 @@ public enum SubjectAlternativeName: Sendable, Hashable, CustomStringConvertible 
 /// An X.509 certificate as a value: its DER bytes and the facts parsed from them.
 ///
 /// Equality and hashing use the DER bytes. Creating one validates the encoding; bad input
-/// throws ``PeerSyncError/Code/invalidCertificate``. The SHA-256 digest of the DER encoding
+/// throws `PeerSyncError.Code.invalidCertificate`. The SHA-256 digest of the DER encoding
 /// is the certificate's ``peerID`` (Couchbase Lite's peer ID of a multipeer replicator).
 public struct Certificate: Sendable, Hashable, CustomStringConvertible {
     /// The DER encoding.

@@ -7,8 +7,8 @@ extension Certificate {
     /// `chain` may be intermediates), the validity period, and client-auth usage. For callers
     /// whose transport hands them the chain to judge (the mesh's `MeshLinkContext.authenticate`).
     ///
-    /// Returns nil when the chain is trusted, else the failure (``PeerSyncError/Code/untrustedCertificate``
-    /// with a ``PeerSyncError/trustFailure`` reason, e.g. `.unknownCA`, `.expired`,
+    /// Returns nil when the chain is trusted, else the failure (`PeerSyncError.Code.untrustedCertificate`
+    /// with a `PeerSyncError.trustFailure` reason, e.g. `.unknownCA`, `.expired`,
     /// `.noCertificate`). Pure: any thread, no I/O.
     public static func validationFailure(ofChain chain: [Certificate], roots: [Certificate]) -> PeerSyncError? {
         guard let leaf = chain.first else {

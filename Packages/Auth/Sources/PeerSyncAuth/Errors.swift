@@ -26,8 +26,8 @@ extension PeerSyncError.Code {
 }
 
 /// Why a certificate (chain) was not trusted. Carried by errors with code
-/// ``PeerSyncError/Code/untrustedCertificate`` in the context entry `reason`; read it with
-/// ``PeerSyncError/trustFailure``.
+/// `PeerSyncError.Code.untrustedCertificate` in the context entry `reason`; read it with
+/// `PeerSyncError.trustFailure`.
 public enum CertificateTrustFailure: String, Sendable, Hashable, CaseIterable {
     /// The certificate's `notAfter` is in the past.
     case expired

@@ -2,7 +2,9 @@ import PeerSyncCore
 
 /// A TLS protocol version. PeerSync never negotiates anything older than TLS 1.2.
 public enum TLSVersion: Int, Sendable, Hashable, Comparable, CustomStringConvertible {
+    /// TLS 1.2 (RFC 5246): the oldest version PeerSync negotiates.
     case v1_2 = 0x0303
+    /// TLS 1.3 (RFC 8446), preferred whenever both sides support it.
     case v1_3 = 0x0304
 
     public static func < (lhs: TLSVersion, rhs: TLSVersion) -> Bool { lhs.rawValue < rhs.rawValue }
@@ -24,9 +26,13 @@ public enum TLSVersion: Int, Sendable, Hashable, Comparable, CustomStringConvert
 ///   (`/etc/ssl/certs`, or `SSL_CERT_FILE` / `SSL_CERT_DIR`), with validity period, server-auth
 ///   usage and, when ``TLSConfiguration/serverName`` is set, host name (or IP address) checks.
 public enum ServerTrust: Sendable, Hashable {
+    /// Trust exactly this certificate (see the rules above).
     case pinned(Certificate)
+    /// Trust any valid self-signed server certificate, and no CA-issued one.
     case selfSignedOnly
+    /// Trust certificates that chain to one of these roots.
     case roots([Certificate])
+    /// Trust certificates that chain to the system's CA bundle (the default).
     case systemRoots
 
     /// The policy Couchbase Lite's `ReplicatorConfiguration` properties select: a pinned
@@ -58,6 +64,7 @@ public enum ClientCertificateValidation: Sendable {
 
 /// Everything a ``TLSStream`` handshake needs.
 public struct TLSConfiguration: Sendable {
+    /// Which end of the handshake this side plays.
     public enum Role: Sendable, Hashable {
         /// Connects and verifies the server (``serverTrust``); may present ``identity``.
         case client
@@ -65,6 +72,7 @@ public struct TLSConfiguration: Sendable {
         case server
     }
 
+    /// Client or server; decides which of the other settings apply.
     public var role: Role
     /// The certificate chain and key to present. Required for servers; for clients it is
     /// the client certificate (Couchbase Lite's `ClientCertificateAuthenticator`).
@@ -83,7 +91,7 @@ public struct TLSConfiguration: Sendable {
     /// server's chain (leaf first); the handshake still fails unless the server proves it holds
     /// the leaf's private key. It is called synchronously during the handshake, on an
     /// arbitrary thread: it must be quick and must not touch the stream. A rejection fails the
-    /// handshake with ``PeerSyncError/Code/untrustedCertificate`` (reason
+    /// handshake with `PeerSyncError.Code.untrustedCertificate` (reason
     /// ``CertificateTrustFailure/rejectedByCallback``). Default nil.
     public var serverCertificateCallback: (@Sendable ([Certificate]) -> Bool)?
     /// Default and floor: TLS 1.2.
@@ -91,10 +99,13 @@ public struct TLSConfiguration: Sendable {
     /// Default: TLS 1.3 (preferred whenever both sides support it).
     public var maximumVersion: TLSVersion
     /// The whole handshake must finish within this time, or it fails with
-    /// ``PeerSyncError/Code/timeout`` and the underlying stream is closed. `nil`: no limit.
+    /// `PeerSyncError.Code.timeout` and the underlying stream is closed. `nil`: no limit.
     /// Default 30 seconds.
     public var handshakeTimeout: Duration?
 
+    /// A configuration with every setting given; the defaults are the properties' (system roots, no
+    /// SNI, no client certificates, TLS 1.2 to 1.3, a 30 s handshake). Nothing is validated here:
+    /// an identity that cannot be used fails the handshake (`invalidCertificate`).
     public init(role: Role, identity: TLSIdentity? = nil, serverTrust: ServerTrust = .systemRoots,
                 serverName: String? = nil, clientCertificateValidation: ClientCertificateValidation? = nil,
                 minimumVersion: TLSVersion = .v1_2, maximumVersion: TLSVersion = .v1_3,

@@ -7,15 +7,25 @@ import PeerSyncCore
 
 /// Common name (CN). Required.
 public let certAttrCommonName = "CN"
+/// Pseudonym.
 public let certAttrPseudonym = "pseudonym"
+/// Given name (GN).
 public let certAttrGivenName = "GN"
+/// Surname (SN).
 public let certAttrSurname = "SN"
+/// Organization (O).
 public let certAttrOrganization = "O"
+/// Organizational unit (OU).
 public let certAttrOrganizationUnit = "OU"
+/// Postal address.
 public let certAttrPostalAddress = "postalAddress"
+/// Locality (L), e.g. a city.
 public let certAttrLocality = "locality"
+/// Postal code.
 public let certAttrPostalCode = "postalCode"
+/// State or province (ST).
 public let certAttrStateOrProvince = "ST"
+/// Country (C), a two-letter ISO 3166 code.
 public let certAttrCountry = "C"
 /// E-mail address (subject alternative name `email:`).
 public let certAttrEmailAddress = "rfc822Name"
@@ -39,7 +49,7 @@ public enum KeyType: Sendable, Hashable {
 ///
 /// ``certs`` is leaf first, followed by the issuers (CA-issued identities carry their issuer
 /// chain, so peers that trust the root can build the path). The private key never leaves the
-/// value except through ``privateKeyPEM(password:)`` and ``exportPKCS12(password:)``.
+/// value except through ``privateKeyPEM(password:)`` and `exportPKCS12(password:)`.
 /// Values are immutable and thread-safe.
 public struct TLSIdentity: Sendable {
     /// The certificate chain, leaf first.
@@ -74,8 +84,8 @@ public struct TLSIdentity: Sendable {
     ///     that signs the new certificate; `nil` makes it self-signed.
     ///   - notBefore: start of validity; default 60 seconds ago (tolerates clock skew).
     ///   - keyType: default ``KeyType/p256``.
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for bad attributes, dates or issuer;
-    ///   ``PeerSyncError/Code/cryptoFailure`` if OpenSSL fails.
+    /// - Throws: `PeerSyncError.Code.invalidArgument` for bad attributes, dates or issuer;
+    ///   `PeerSyncError.Code.cryptoFailure` if OpenSSL fails.
     public static func createIdentity(for keyUsages: KeyUsages, attributes: [String: String],
                                       expiration: Date? = nil, issuer: TLSIdentity? = nil,
                                       notBefore: Date? = nil, keyType: KeyType = .p256) throws(PeerSyncError) -> TLSIdentity {
@@ -194,8 +204,8 @@ public struct TLSIdentity: Sendable {
     /// Builds an identity from certificates and a PEM private key (PKCS#8, encrypted PKCS#8
     /// or traditional EC/RSA). The certificate matching the key becomes the leaf; the others
     /// are ordered leaf → root as far as their names allow.
-    /// - Throws: ``PeerSyncError/Code/invalidCertificate`` when no certificate matches the key,
-    ///   ``PeerSyncError/Code/wrongPassword`` when the key cannot be decrypted.
+    /// - Throws: `PeerSyncError.Code.invalidCertificate` when no certificate matches the key,
+    ///   `PeerSyncError.Code.wrongPassword` when the key cannot be decrypted.
     public init(certificates: [Certificate], privateKeyPEM: String, password: String? = nil) throws(PeerSyncError) {
         let key = try PrivateKey.fromPEM(privateKeyPEM, password: password)
         self = try TLSIdentity.assemble(certificates: certificates, key: key)
@@ -276,7 +286,7 @@ public struct TLSIdentity: Sendable {
     /// there: created with mode `0600` (readable by the owner only), written to a temporary
     /// file and renamed into place, so no reader ever sees a partial file. A synchronous
     /// file-system call.
-    /// - Throws: as ``exportPKCS12(password:friendlyName:)``; ``PeerSyncError/Code/io`` when
+    /// - Throws: as ``exportPKCS12(password:friendlyName:)``; `PeerSyncError.Code.io` when
     ///   the file cannot be written.
     public func exportPKCS12(toFile path: String, password: String, friendlyName: String? = nil) throws(PeerSyncError) {
         let bytes = try exportPKCS12(password: password, friendlyName: friendlyName)

@@ -51,7 +51,7 @@ public struct TLSKeyStore: Sendable {
         return home + "/.local/share/peersync/identities"
     }
 
-    /// Checks a label; throws ``PeerSyncError/Code/invalidArgument``.
+    /// Checks a label; throws `PeerSyncError.Code.invalidArgument`.
     public static func validate(label: String) throws(PeerSyncError) {
         let allowed = label.unicodeScalars.allSatisfy { c in
             (c >= "a" && c <= "z") || (c >= "A" && c <= "Z") || (c >= "0" && c <= "9") || c == "." || c == "_" || c == "-"
@@ -68,8 +68,8 @@ public struct TLSKeyStore: Sendable {
     private var secretPath: String { directory + "/.keystore-secret" }
 
     /// Saves `identity` under `label`.
-    /// - Throws: ``PeerSyncError/Code/identityExists`` when the label is taken and
-    ///   `overwrite` is false; ``PeerSyncError/Code/io`` on file-system errors.
+    /// - Throws: `PeerSyncError.Code.identityExists` when the label is taken and
+    ///   `overwrite` is false; `PeerSyncError.Code.io` on file-system errors.
     public func save(_ identity: TLSIdentity, label: String, overwrite: Bool = false) throws(PeerSyncError) {
         try TLSKeyStore.validate(label: label)
         try createDirectory()
@@ -83,8 +83,8 @@ public struct TLSKeyStore: Sendable {
     }
 
     /// The identity saved under `label`, or `nil` if there is none.
-    /// - Throws: ``PeerSyncError/Code/wrongPassword`` when the key does not decrypt with this
-    ///   store's passphrase, ``PeerSyncError/Code/invalidCertificate`` for corrupt files.
+    /// - Throws: `PeerSyncError.Code.wrongPassword` when the key does not decrypt with this
+    ///   store's passphrase, `PeerSyncError.Code.invalidCertificate` for corrupt files.
     public func identity(withLabel label: String) throws(PeerSyncError) -> TLSIdentity? {
         try TLSKeyStore.validate(label: label)
         guard let certText = try FileIO.readText(certPath(label)) else { return nil }
@@ -102,9 +102,9 @@ public struct TLSKeyStore: Sendable {
     /// The certificate chain saved under `label` (leaf first), read without the private key:
     /// no passphrase is needed, so it suits listing and showing identities. `nil` if there is
     /// none.
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for a malformed label,
-    ///   ``PeerSyncError/Code/invalidCertificate`` for a malformed certificate file,
-    ///   ``PeerSyncError/Code/io`` or ``PeerSyncError/Code/corrupt`` when it cannot be read.
+    /// - Throws: `PeerSyncError.Code.invalidArgument` for a malformed label,
+    ///   `PeerSyncError.Code.invalidCertificate` for a malformed certificate file,
+    ///   `PeerSyncError.Code.io` or `PeerSyncError.Code.corrupt` when it cannot be read.
     public func certificates(withLabel label: String) throws(PeerSyncError) -> [Certificate]? {
         try TLSKeyStore.validate(label: label)
         guard let certText = try FileIO.readText(certPath(label)) else { return nil }
@@ -112,7 +112,7 @@ public struct TLSKeyStore: Sendable {
     }
 
     /// Deletes the identity saved under `label`.
-    /// - Throws: ``PeerSyncError/Code/notFound`` if there is none.
+    /// - Throws: `PeerSyncError.Code.notFound` if there is none.
     public func deleteIdentity(withLabel label: String) throws(PeerSyncError) {
         try TLSKeyStore.validate(label: label)
         guard FileManager.default.fileExists(atPath: certPath(label)) else {
@@ -256,7 +256,7 @@ extension TLSIdentity {
         try keyStore.identity(withLabel: label)
     }
 
-    /// Deletes the identity saved under `label`; throws ``PeerSyncError/Code/notFound`` if absent.
+    /// Deletes the identity saved under `label`; throws `PeerSyncError.Code.notFound` if absent.
     public static func deleteIdentity(withLabel label: String, in keyStore: TLSKeyStore = .default) throws(PeerSyncError) {
         try keyStore.deleteIdentity(withLabel: label)
     }

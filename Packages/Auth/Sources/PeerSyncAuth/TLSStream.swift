@@ -1,23 +1,23 @@
 import PeerSyncCore
 
-/// TLS over any ``ByteStream`` (TCP, BLE L2CAP, an in-memory pipe), with OpenSSL 3.
+/// TLS over any `ByteStream` (TCP, BLE L2CAP, an in-memory pipe), with OpenSSL 3.
 ///
-/// `TLSStream` is itself a ``ByteStream``: after ``handshake(over:configuration:)`` returns,
+/// `TLSStream` is itself a `ByteStream`: after ``handshake(over:configuration:)`` returns,
 /// `read`/`write` carry plaintext. OpenSSL never touches a socket: it works on two memory
 /// BIOs, and this type moves ciphertext between them and the underlying stream with
 /// async/await, so no thread ever blocks on I/O.
 ///
-/// Threading: one `read` and one `write` may run concurrently (the ``ByteStream`` contract).
+/// Threading: one `read` and one `write` may run concurrently (the `ByteStream` contract).
 /// The OpenSSL object is touched only under one lock, never across an `await`; ciphertext
 /// leaves in the order OpenSSL produced it.
 ///
-/// Errors (``PeerSyncError``): ``PeerSyncError/Code/untrustedCertificate`` (we rejected the
-/// peer's certificate; see ``PeerSyncError/trustFailure``),
-/// ``PeerSyncError/Code/certificateRejected`` (the peer rejected ours — with TLS 1.3 a client
+/// Errors (`PeerSyncError`): `PeerSyncError.Code.untrustedCertificate` (we rejected the
+/// peer's certificate; see `PeerSyncError.trustFailure`),
+/// `PeerSyncError.Code.certificateRejected` (the peer rejected ours — with TLS 1.3 a client
 /// learns this on its first `read` after the handshake),
-/// ``PeerSyncError/Code/tlsHandshakeFailed``, ``PeerSyncError/Code/tlsError``,
-/// ``PeerSyncError/Code/timeout``, ``PeerSyncError/Code/closed``, and errors of the
-/// underlying stream (passed through; non-PeerSync errors become ``PeerSyncError/Code/io``).
+/// `PeerSyncError.Code.tlsHandshakeFailed`, `PeerSyncError.Code.tlsError`,
+/// `PeerSyncError.Code.timeout`, `PeerSyncError.Code.closed`, and errors of the
+/// underlying stream (passed through; non-PeerSync errors become `PeerSyncError.Code.io`).
 public final class TLSStream: ByteStream {
     /// The peer's certificate chain as presented, leaf first. Empty when the peer sent none
     /// (a client of a server that does not ask for client certificates).
@@ -53,7 +53,7 @@ public final class TLSStream: ByteStream {
     /// Runs a TLS handshake over `stream` and returns the secured stream.
     ///
     /// On failure the underlying stream is closed (after sending the TLS alert, if any) and
-    /// the error says why; trust failures are ``PeerSyncError/Code/untrustedCertificate``
+    /// the error says why; trust failures are `PeerSyncError.Code.untrustedCertificate`
     /// with a ``CertificateTrustFailure`` reason. Cancelling the task closes the stream.
     public static func handshake(over stream: any ByteStream,
                                  configuration: TLSConfiguration) async throws(PeerSyncError) -> TLSStream {
@@ -161,7 +161,7 @@ public final class TLSStream: ByteStream {
 
     /// Reads decrypted bytes (1...`maxBytes`), or `nil` once the peer sent TLS `close_notify`.
     /// An end of the underlying stream without `close_notify` throws
-    /// ``PeerSyncError/Code/tlsError`` (the data may have been truncated).
+    /// `PeerSyncError.Code.tlsError` (the data may have been truncated).
     public func read(maxBytes: Int) async throws(PeerSyncError) -> [UInt8]? {
         guard maxBytes > 0 else { throw PeerSyncError(.invalidArgument, "maxBytes must be positive") }
         while true {
@@ -206,7 +206,7 @@ public final class TLSStream: ByteStream {
     }
 
     /// Sends TLS `close_notify`, then half-closes the underlying stream. Reading continues
-    /// until the peer closes; further writes throw ``PeerSyncError/Code/closed``.
+    /// until the peer closes; further writes throw `PeerSyncError.Code.closed`.
     public func shutdownOutput() async {
         if connection.shutdownStep() {
             try? await flush()
@@ -216,7 +216,7 @@ public final class TLSStream: ByteStream {
 
     /// Sends TLS `close_notify` if it can without waiting for a stalled writer, then closes
     /// the underlying stream. Idempotent; pending reads and writes end with
-    /// ``PeerSyncError/Code/closed``.
+    /// `PeerSyncError.Code.closed`.
     public func close() async {
         _ = connection.shutdownStep()
         connection.fail(PeerSyncError(.closed, "the TLS stream is closed"))

@@ -15,9 +15,13 @@ public protocol BLIPFrameChannel: Sendable {
 
 /// An incoming request handed to a handler.
 public struct BLIPRequest: Sendable {
+    /// The whole request as received (its body assembled).
     public let message: BLIPMessage
+    /// The request's `Profile` property: which handler it went to.
     public var profile: String? { message.profile }
+    /// The request's properties, in the order sent.
     public var properties: BLIPProperties { message.properties }
+    /// The request's body, decompressed.
     public var body: [UInt8] { message.body }
     /// Whether the sender expects no response (any response returned is dropped).
     public var noReply: Bool { message.flags.contains(.noReply) }
@@ -36,11 +40,11 @@ public enum BLIPCloseReason: Sendable, Equatable {
 ///
 /// Requests are numbered and sent with ``sendRequest(_:)``, which returns the response (an
 /// `.error` type message is returned, not thrown; transport failures are thrown). Incoming
-/// requests go to the handler registered for their `Profile` with ``setHandler(profile:_:)``,
+/// requests go to the handler registered for their `Profile` with `setHandler(profile:_:)`,
 /// one at a time in the order they complete; a handler that needs concurrency starts its own
 /// tasks. The handler's return value is the response (nil = empty success); a thrown
 /// `PeerSyncError` becomes an error response: the ``BLIPError`` it carries
-/// (``PeerSyncError/blipError``), else `BLIP`/500 with its message. A request with no handler gets `BLIP`/404, as LiteCore answers.
+/// (`PeerSyncError.blipError`), else `BLIP`/500 with its message. A request with no handler gets `BLIP`/404, as LiteCore answers.
 ///
 /// Any protocol violation closes the connection with code 1002 (or 1011 for internal
 /// failures) and ends every pending request with the error.
@@ -53,6 +57,9 @@ public enum BLIPCloseReason: Sendable, Equatable {
 /// memory. Incoming *requests* are always assembled whole (up to
 /// ``BLIPTuning/maxMessageSize``).
 public actor BLIPConnection {
+    /// Answers a request: the response to send, or nil to send an empty one. A thrown
+    /// `PeerSyncError` is sent as an error reply (exactly the `BLIPError` it carries, if any); any
+    /// other error as `BLIP`/500.
     public typealias Handler = @Sendable (BLIPRequest) async throws -> BLIPMessage?
     /// A handler that may answer with a streamed body.
     public typealias StreamingHandler = @Sendable (BLIPRequest) async throws -> BLIPReply?
@@ -119,6 +126,7 @@ public actor BLIPConnection {
     }
 
     private let channel: any BLIPFrameChannel
+    /// The limits and settings this connection was created with.
     public nonisolated let tuning: BLIPTuning
     private let encoder: BLIPFrameEncoder
     private let decoder: BLIPFrameDecoder
@@ -170,6 +178,8 @@ public actor BLIPConnection {
         mutating func removeFirst() { advanceHead(&entries, &head) }
     }
 
+    /// A connection over `channel`, idle until ``start()``: register handlers first. Throws a
+    /// `PeerSyncError` if zlib cannot be set up with `tuning`'s compression level.
     public init(channel: any BLIPFrameChannel, tuning: BLIPTuning = BLIPTuning()) throws {
         self.channel = channel
         self.tuning = tuning
@@ -221,7 +231,7 @@ public actor BLIPConnection {
     }
 
     /// Sends a request and waits for its response at most `timeout`; then throws
-    /// ``PeerSyncError/Code/timeout`` (context `waitingFor`: `what`). The timeout runs from
+    /// `PeerSyncError.Code.timeout` (context `waitingFor`: `what`). The timeout runs from
     /// when the request starts going out, not from this call: a request waiting in this
     /// connection's queue behind others (a busy connection, a slow machine) is not the peer's
     /// silence. While it waits there it times out only if nothing at all goes out for
@@ -400,7 +410,7 @@ public actor BLIPConnection {
     }
 
     /// Closes the connection (code 1000 by default) and ends pending requests with
-    /// ``PeerSyncError/Code/closed``.
+    /// `PeerSyncError.Code.closed`.
     public func close(code: Int = 1000, reason: String = "") async {
         await finish(.normal, code: code, reason: reason)
     }
@@ -411,6 +421,7 @@ public actor BLIPConnection {
         return await withCheckedContinuation { closeWaiters.append($0) }
     }
 
+    /// Whether the connection has ended (``waitUntilClosed()`` returns why).
     public var isClosed: Bool { closeReason != nil }
 
     // MARK: - Writing

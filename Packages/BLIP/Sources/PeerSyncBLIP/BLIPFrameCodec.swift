@@ -30,6 +30,7 @@ public struct BLIPTuning: Sendable, Hashable {
     /// (the level-6 hash-chain search was the largest single cost of a push).
     public var compressionLevel: Int32 = 3
 
+    /// The defaults listed with each property.
     public init() {}
 }
 

@@ -22,9 +22,13 @@ public enum BLIPMessageType: UInt8, Sendable {
 public struct BLIPFlags: OptionSet, Sendable, Hashable {
     public let rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// The body is deflate-compressed (set by the sender; the receiver inflates).
     public static let compressed = BLIPFlags(rawValue: 0x08)
+    /// The message's frames are sent ahead of non-urgent ones.
     public static let urgent = BLIPFlags(rawValue: 0x10)
+    /// The sender of a request wants no response.
     public static let noReply = BLIPFlags(rawValue: 0x20)
+    /// More frames of this message follow (framing only).
     public static let moreComing = BLIPFlags(rawValue: 0x40)
     static let typeMask: UInt8 = 0x07
 }
@@ -32,14 +36,19 @@ public struct BLIPFlags: OptionSet, Sendable, Hashable {
 /// Ordered string properties of a BLIP message (order is kept as sent; lookups take the
 /// first match).
 public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral, ExpressibleByArrayLiteral, Sequence {
+    /// Every property in order, duplicates included.
     public private(set) var pairs: [(key: String, value: String)]
 
+    /// No properties.
     public init() { pairs = [] }
+    /// These properties, in this order (duplicates kept).
     public init(_ pairs: [(String, String)]) { self.pairs = pairs.map { (key: $0.0, value: $0.1) } }
     /// Keeps the literal's order.
     public init(dictionaryLiteral elements: (String, String)...) { self.init(elements) }
     public init(arrayLiteral elements: (String, String)...) { self.init(elements) }
 
+    /// The value of the first property named `key`. Setting replaces that first one's value (or
+    /// appends the property); setting nil removes it.
     public subscript(key: String) -> String? {
         get { pairs.first { $0.key == key }?.value }
         set {
@@ -71,7 +80,7 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
         for (k, v) in pairs { hasher.combine(k); hasher.combine(v) }
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` when a key or value contains NUL: NUL
+    /// Throws `PeerSyncError.Code.invalidArgument` when a key or value contains NUL: NUL
     /// separates properties on the wire, so such a message would reach the peer malformed
     /// (an odd number of strings, or shifted pairs). Every send checks this first.
     public func checkSendable() throws(PeerSyncError) {
@@ -118,15 +127,20 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
 
 /// A complete BLIP message: a request, a response or an error response.
 public struct BLIPMessage: Sendable, Hashable {
+    /// Request, response or error response.
     public var type: BLIPMessageType
     /// Request number (for responses: the number of the request answered). Assigned by the
     /// connection when a request is sent.
     public var number: UInt64
     /// `.urgent`, `.compressed`, `.noReply` (`.moreComing` is a framing detail, never set here).
     public var flags: BLIPFlags
+    /// The properties, in the order sent.
     public var properties: BLIPProperties
+    /// The body, uncompressed.
     public var body: [UInt8]
 
+    /// A message with these parts (`.moreComing` is dropped from `flags`). Defaults: a request
+    /// with number 0 (the connection assigns it), no flags, properties or body.
     public init(type: BLIPMessageType = .request, number: UInt64 = 0, flags: BLIPFlags = [],
                 properties: BLIPProperties = [:], body: [UInt8] = []) {
         self.type = type
@@ -150,11 +164,15 @@ public struct BLIPMessage: Sendable, Hashable {
                     body: Array(message.utf8))
     }
 
+    /// The `Profile` property of a request.
     public var profile: String? { properties["Profile"] }
+    /// Whether this is an error response.
     public var isError: Bool { type == .error }
     /// `Error-Domain` of an error response (default `BLIP`).
     public var errorDomain: String? { type == .error ? (properties["Error-Domain"] ?? "BLIP") : nil }
+    /// `Error-Code` of an error response (0 if absent); nil for other messages.
     public var errorCode: Int? { type == .error ? (properties.int("Error-Code") ?? 0) : nil }
+    /// The body as UTF-8 text (invalid bytes replaced).
     public var bodyString: String { String(decoding: body, as: UTF8.self) }
 
     /// `varint(properties length) ‖ properties ‖ body`: the bytes that get framed.

@@ -11,7 +11,7 @@ import PeerSyncCore
 ///
 /// Errors: if the sequence throws before the message's first frame was written and the message
 /// is a response, an error response is sent instead (the ``BLIPError`` a thrown
-/// ``PeerSyncError`` carries, else `BLIP`/500). Once a message has begun (or for a request, whose
+/// `PeerSyncError` carries, else `BLIP`/500). Once a message has begun (or for a request, whose
 /// number is already taken) BLIP cannot abort it, so the connection is closed with code 1011
 /// and every pending request and incoming stream fails with the error.
 public struct BLIPBodySource: Sendable {
@@ -57,14 +57,18 @@ public struct BLIPIncomingResponse: Sendable {
     public let type: BLIPMessageType
     /// The number of the request answered.
     public let number: UInt64
+    /// The response's flags (`.compressed`, `.urgent`).
     public let flags: BLIPFlags
+    /// The response's properties, complete when this value is returned.
     public let properties: BLIPProperties
     /// The body chunks. Iterate it once; dropping it unread discards the rest of the body.
     public let body: BLIPIncomingBody
 
+    /// Whether this is an error response.
     public var isError: Bool { type == .error }
     /// `Error-Domain` of an error response (default `BLIP`).
     public var errorDomain: String? { type == .error ? (properties["Error-Domain"] ?? "BLIP") : nil }
+    /// `Error-Code` of an error response (0 if absent); nil for other responses.
     public var errorCode: Int? { type == .error ? (properties.int("Error-Code") ?? 0) : nil }
 
     /// Reads the whole body into a ``BLIPMessage``. Throws `.tooLarge` past `maxBytes`.
@@ -81,7 +85,7 @@ public struct BLIPIncomingResponse: Sendable {
 /// bytes waiting for the consumer are counted in ``BLIPConnection/streamStatistics``.
 ///
 /// Errors: if the connection closes or fails before the last frame, `next()` throws a
-/// ``PeerSyncError`` (`.closed` for a clean close, otherwise the connection's error); a
+/// `PeerSyncError` (`.closed` for a clean close, otherwise the connection's error); a
 /// cancelled consumer gets `.cancelled` and the rest of the body is discarded.
 public struct BLIPIncomingBody: AsyncSequence, Sendable {
     public typealias Element = [UInt8]
@@ -90,7 +94,9 @@ public struct BLIPIncomingBody: AsyncSequence, Sendable {
 
     public func makeAsyncIterator() -> Iterator { Iterator(handle: handle) }
 
+    /// Takes the chunks one by one; each take lets the connection acknowledge those bytes.
     public struct Iterator: AsyncIteratorProtocol {
+        /// A chunk of the body, as received (one frame's payload).
         public typealias Element = [UInt8]
         public typealias Failure = PeerSyncError
         let handle: BLIPStreamHandle
@@ -147,5 +153,6 @@ public struct BLIPStreamStatistics: Sendable, Equatable {
     /// The maximum of `bufferedOutboundBytes` since the connection started (or the last reset).
     public var peakBufferedOutboundBytes = 0
 
+    /// All zero.
     public init() {}
 }

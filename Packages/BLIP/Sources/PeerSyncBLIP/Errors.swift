@@ -6,8 +6,8 @@ import PeerSyncCore
 /// replication protocol: 400, 403, 404, 409, 422, 507, …) and `LiteCore` (LiteCore's own
 /// codes, e.g. 7 NotFound).
 ///
-/// A handler that throws a ``PeerSyncError`` carrying a `BLIPError` (see
-/// ``PeerSyncError/init(_:blip:context:)`` and ``PeerSyncError/blipError``) is answered with exactly
+/// A handler that throws a `PeerSyncError` carrying a `BLIPError` (see
+/// `PeerSyncError.init(_:blip:context:)` and `PeerSyncError.blipError`) is answered with exactly
 /// that error reply; any other thrown error is answered `BLIP`/500 with the error's message.
 public struct BLIPError: PeerSyncErrorDetail, CustomStringConvertible {
     /// `Error-Domain`: `BLIP`, `HTTP`, `LiteCore`, …
@@ -17,6 +17,7 @@ public struct BLIPError: PeerSyncErrorDetail, CustomStringConvertible {
     /// The human-readable message (the reply's body, UTF-8).
     public var message: String
 
+    /// An error reply of `domain` and `code` with `message` as its body.
     public init(domain: String, code: Int, message: String) {
         self.domain = domain
         self.code = code
@@ -38,7 +39,7 @@ public struct BLIPError: PeerSyncErrorDetail, CustomStringConvertible {
 }
 
 extension PeerSyncError {
-    /// An error that carries `blip` as its ``detail``, with `blip`'s message; `code` says what
+    /// An error that carries `blip` as its `detail`, with `blip`'s message; `code` says what
     /// it means to the local side (e.g. the replicator's `.replicationFailed`).
     public init(_ code: Code, blip: BLIPError, context: [String: String] = [:]) {
         self.init(code, blip.message, context: context, detail: blip)

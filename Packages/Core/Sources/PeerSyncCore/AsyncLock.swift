@@ -8,7 +8,7 @@
 /// - Every successful ``acquire()`` / ``tryAcquire()`` must be paired with exactly one
 ///   ``release()``; prefer ``withLock(_:)``, which releases on return and on throw.
 /// - Waiting is not cancellable: a cancelled task still waits for its turn.
-/// - Safe to use from any task or thread. The internal state is guarded by a ``LockedValue``
+/// - Safe to use from any task or thread. The internal state is guarded by a `LockedValue`
 ///   held only for a few instructions, never across a suspension.
 public final class AsyncLock: Sendable {
     private struct State {

@@ -12,11 +12,17 @@
 /// - `close` is idempotent; it ends pending reads and writes with
 ///   ``PeerSyncError/Code/closed``.
 public protocol ByteStream: Sendable {
+    /// The next available bytes (1 to `maxBytes`), or nil at the end of the stream; throws on a
+    /// broken stream. One read at a time (see the contract above).
     func read(maxBytes: Int) async throws -> [UInt8]?
+    /// Hands all of `bytes` to the layer below, suspending while the peer is not reading; throws on a
+    /// closed or broken stream. One write at a time (see the contract above).
     func write(_ bytes: [UInt8]) async throws
     /// Half-closes the sending side where the stream supports it (TCP `shutdown(SHUT_WR)`);
     /// other streams close fully.
     func shutdownOutput() async
+    /// Closes both directions; pending reads and writes end with `PeerSyncError.Code.closed`.
+    /// Idempotent.
     func close() async
     /// The peer's address as text, e.g. `127.0.0.1:4984`, if known.
     var remoteAddress: String? { get }

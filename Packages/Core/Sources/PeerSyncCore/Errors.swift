@@ -13,7 +13,9 @@ public struct PeerSyncError: Error, Sendable, Hashable, CustomStringConvertible 
         public var description: String { rawValue }
     }
 
+    /// What went wrong, for code to match on (`error.code == .notFound`).
     public var code: Code
+    /// What went wrong, for people: one line, no trailing period.
     public var message: String
     /// Extra facts about where the error happened, e.g. `["docID": "a", "sql": "..."]`.
     public var context: [String: String]
@@ -21,6 +23,7 @@ public struct PeerSyncError: Error, Sendable, Hashable, CustomStringConvertible 
     /// and by edits of the other fields; compared and hashed with them.
     public var detail: (any PeerSyncErrorDetail)?
 
+    /// An error with `code`, `message`, optional `context` facts and a typed `detail` (default none).
     public init(_ code: Code, _ message: String, context: [String: String] = [:],
                 detail: (any PeerSyncErrorDetail)? = nil) {
         self.code = code

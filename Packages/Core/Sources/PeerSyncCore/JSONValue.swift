@@ -5,12 +5,19 @@
 /// (`.int`), everything else numeric is `.double`; `.int(1)` and `.double(1)` compare equal
 /// (an integer and a double are equal only when they are exactly the same number).
 public enum JSONValue: Sendable {
+    /// JSON `null`.
     case null
+    /// `true` or `false`.
     case bool(Bool)
+    /// A number written without fraction or exponent that fits in `Int64`.
     case int(Int64)
+    /// Any other number.
     case double(Double)
+    /// A string.
     case string(String)
+    /// An array, in order.
     case array([JSONValue])
+    /// An object; its keys have no order (``canonicalData`` sorts them).
     case object([String: JSONValue])
 }
 
@@ -62,10 +69,15 @@ extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, Expre
 }
 
 extension JSONValue {
+    /// The members if this is an object, else nil.
     public var objectValue: [String: JSONValue]? { if case .object(let o) = self { return o }; return nil }
+    /// The elements if this is an array, else nil.
     public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a }; return nil }
+    /// The string if this is a string, else nil.
     public var stringValue: String? { if case .string(let s) = self { return s }; return nil }
+    /// The value if this is a Boolean, else nil.
     public var boolValue: Bool? { if case .bool(let b) = self { return b }; return nil }
+    /// Whether this is JSON `null`.
     public var isNull: Bool { if case .null = self { return true }; return false }
     /// The value as an integer: `.int`, or a `.double` with no fractional part that fits.
     public var intValue: Int64? {
@@ -208,6 +220,8 @@ extension JSONValue {
         /// each other. Used where users hand in documents (CLI, REST), so that
         /// `{"a":1,"a":2}` is an error rather than silently `{"a":2}`.
         public var rejectsDuplicateKeys: Bool = false
+        /// Options with the given limits; the defaults (depth 256, duplicate keys allowed, the last
+        /// one wins) are what the parsing initializers use when given no options.
         public init(maxDepth: Int = 256, rejectsDuplicateKeys: Bool = false) {
             self.maxDepth = maxDepth
             self.rejectsDuplicateKeys = rejectsDuplicateKeys

@@ -2,7 +2,18 @@ import Foundation
 
 /// Log levels, most verbose first (Couchbase Lite's `LogLevel`).
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable, CustomStringConvertible {
-    case debug, verbose, info, warning, error, none
+    /// Everything, including per-message detail of the protocols; for debugging PeerSync itself.
+    case debug
+    /// Detail of what each component does (each document replicated, each connection).
+    case verbose
+    /// Events worth knowing in normal operation (a database opened, a replicator stopped).
+    case info
+    /// Something went wrong and was handled (a retry, a refused peer).
+    case warning
+    /// An operation failed.
+    case error
+    /// As a sink's level: deliver nothing.
+    case none
     public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
     public var description: String {
         switch self {
@@ -22,13 +33,21 @@ public struct LogDomain: OptionSet, Sendable, Hashable, CustomStringConvertible 
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
+    /// Databases, collections, documents and storage.
     public static let database = LogDomain(rawValue: 1 << 0)
+    /// Queries (Couchbase Lite's domain; PeerSync logs none yet).
     public static let query = LogDomain(rawValue: 1 << 1)
+    /// Replicators and replication sessions, both roles.
     public static let replicator = LogDomain(rawValue: 1 << 2)
+    /// Transports, TLS, WebSocket and BLIP.
     public static let network = LogDomain(rawValue: 1 << 3)
+    /// `URLEndpointListener` and its REST API.
     public static let listener = LogDomain(rawValue: 1 << 4)
+    /// Peer discovery (DNS-SD, Bluetooth LE advertising).
     public static let discovery = LogDomain(rawValue: 1 << 5)
+    /// The multipeer replicator and its topology.
     public static let mesh = LogDomain(rawValue: 1 << 6)
+    /// Every domain.
     public static let all = LogDomain(rawValue: 0x7F)
 
     public var description: String {
@@ -46,6 +65,8 @@ public protocol LogSink: Sendable {
     var level: LogLevel { get }
     /// Only messages of these domains are delivered.
     var domains: LogDomain { get }
+    /// Delivers one message that passed ``level`` and ``domains``. Called from any thread,
+    /// synchronously with the code that logs: return quickly, never throw or block for long.
     func write(level: LogLevel, domain: LogDomain, message: String)
 }
 
@@ -53,10 +74,12 @@ public protocol LogSink: Sendable {
 public struct ConsoleLogSink: LogSink {
     public let level: LogLevel
     public let domains: LogDomain
+    /// A sink for messages at `level` or above (default `.warning`) of `domains` (default all).
     public init(level: LogLevel = .warning, domains: LogDomain = .all) {
         self.level = level
         self.domains = domains
     }
+    /// Writes one `LEVEL Domain: message` line to standard error, on the calling thread.
     public func write(level: LogLevel, domain: LogDomain, message: String) {
         FileHandle.standardError.write(Data("\(level) \(domain): \(message)\n".utf8))
     }
@@ -67,12 +90,15 @@ public struct CustomLogSink: LogSink {
     public let level: LogLevel
     public let domains: LogDomain
     private let handler: @Sendable (LogLevel, LogDomain, String) -> Void
+    /// A sink that calls `handler` with each message at `level` or above of `domains` (default
+    /// all), on the logging thread: `handler` must be thread-safe and quick.
     public init(level: LogLevel, domains: LogDomain = .all,
                 handler: @escaping @Sendable (LogLevel, LogDomain, String) -> Void) {
         self.level = level
         self.domains = domains
         self.handler = handler
     }
+    /// Calls the handler with the message, on the calling thread.
     public func write(level: LogLevel, domain: LogDomain, message: String) { handler(level, domain, message) }
 }
 
@@ -82,13 +108,19 @@ public struct CustomLogSink: LogSink {
 public final class FileLogSink: LogSink {
     public let level: LogLevel
     public let domains: LogDomain
+    /// The folder holding `peersync.log` and its rotated predecessors.
     public let directory: String
+    /// The size in bytes past which the file is rotated (at least 1024).
     public let maxSize: Int
+    /// How many rotated files are kept besides the current one (0: none).
     public let maxKeptFiles: Int
 
     /// The open file and its size; every write and rotation holds this lock.
     private let state: LockedValue<(handle: FileHandle?, size: Int)>
 
+    /// A sink writing to `<directory>/peersync.log` (the folder is created if needed; the file on
+    /// the first message). Defaults: level `.info`, every domain, 512 KiB per file, 2 old files kept;
+    /// `maxSize` is raised to at least 1024. Throws `.io` if the folder cannot be created.
     public init(directory: String, level: LogLevel = .info, domains: LogDomain = .all,
                 maxSize: Int = 512 * 1024, maxKeptFiles: Int = 2) throws {
         self.level = level
@@ -107,6 +139,9 @@ public final class FileLogSink: LogSink {
 
     var currentPath: String { directory + "/peersync.log" }
 
+    /// Appends one timestamped line, rotating the files first when the line would take the
+    /// current one past ``maxSize``. Serialized by a lock; I/O errors are ignored (a log
+    /// must never fail the code that logs).
     public func write(level: LogLevel, domain: LogDomain, message: String) {
         let stamp = Date().formatted(.iso8601)
         let line = Data("\(stamp) \(level) \(domain): \(message)\n".utf8)
@@ -152,10 +187,12 @@ public enum LogSinks {
         get { sinks.withLock { $0.console } }
         set { sinks.withLock { $0.console = newValue } }
     }
+    /// Default nil (no log file); set a ``FileLogSink`` to keep one.
     public static var file: (any LogSink)? {
         get { sinks.withLock { $0.file } }
         set { sinks.withLock { $0.file = newValue } }
     }
+    /// Default nil; set a ``CustomLogSink`` (or any ``LogSink``) to receive messages yourself.
     public static var custom: (any LogSink)? {
         get { sinks.withLock { $0.custom } }
         set { sinks.withLock { $0.custom = newValue } }
@@ -183,16 +220,25 @@ public enum LogSinks {
 /// A logger bound to one domain: `let log = Logger(.database); log.info("opened \(path)")`.
 /// The message is an autoclosure, built only if some sink wants it.
 public struct Logger: Sendable {
+    /// The domain of every message this logger writes.
     public let domain: LogDomain
+    /// A logger for `domain`.
     public init(_ domain: LogDomain) { self.domain = domain }
 
+    /// Sends `message` at `level` to every sink that wants it; builds it only if one does.
+    /// Synchronous; safe from any thread.
     public func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
         guard LogSinks.wants(level, domain) else { return }
         LogSinks.dispatch(level, domain, message())
     }
+    /// ``log(_:_:)`` at `.debug`.
     public func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
+    /// ``log(_:_:)`` at `.verbose`.
     public func verbose(_ message: @autoclosure () -> String) { log(.verbose, message()) }
+    /// ``log(_:_:)`` at `.info`.
     public func info(_ message: @autoclosure () -> String) { log(.info, message()) }
+    /// ``log(_:_:)`` at `.warning`.
     public func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
+    /// ``log(_:_:)`` at `.error`.
     public func error(_ message: @autoclosure () -> String) { log(.error, message()) }
 }

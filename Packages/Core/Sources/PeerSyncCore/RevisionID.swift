@@ -2,6 +2,7 @@
 /// integer ≥ 1 and the digest an even number of lowercase hex digits (the rules LiteCore's
 /// parser applies, see `reference/replication-protocol.md` §7).
 public struct RevisionID: Sendable, Hashable, Comparable, CustomStringConvertible, Codable {
+    /// How many revisions deep in the tree this one is, from 1 (a new document's first revision).
     public let generation: UInt64
     /// Lowercase hexadecimal digest.
     public let digest: String
@@ -82,8 +83,11 @@ public struct RevisionID: Sendable, Hashable, Comparable, CustomStringConvertibl
 /// A revision history as it travels in a `rev` message: newest first, each entry one
 /// generation older than the previous (`"3-c,2-b,1-a"`).
 public struct RevisionHistory: Sendable, Hashable, CustomStringConvertible {
+    /// The revisions, newest first.
     public var revisions: [RevisionID]
 
+    /// A history of `revisions`, newest first, taken as given (not validated; ``init(parsing:)``
+    /// validates text).
     public init(_ revisions: [RevisionID]) { self.revisions = revisions }
 
     /// Parses a comma-separated list (spaces after commas allowed). Throws on a malformed ID

@@ -6,6 +6,7 @@ public struct SHA1: Sendable {
     private var pending: [UInt8] = []
     private var length: UInt64 = 0
 
+    /// A digest with no input yet: ``update(_:)`` it, then ``finalize()``.
     public init() { pending.reserveCapacity(64) }
 
     /// Feeds more bytes.

@@ -2,9 +2,12 @@
 /// on every platform, so seeded tests, simulations and benchmarks repeat exactly. Not for
 /// anything security-related.
 public struct SplitMix64: RandomNumberGenerator, Sendable {
+    /// The generator's whole state: copy it to repeat a sequence from here.
     public var state: UInt64
 
+    /// A generator whose sequence is fixed by `seed`.
     public init(seed: UInt64) { state = seed }
+    /// A generator continuing from a saved ``state``.
     public init(state: UInt64) { self.state = state }
 
     public mutating func next() -> UInt64 {

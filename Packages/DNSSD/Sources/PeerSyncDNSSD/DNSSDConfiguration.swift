@@ -21,9 +21,10 @@ public struct DNSSDConfiguration: Sendable, Hashable {
     /// not reported gone and back. Default 3 s.
     public var reconcileGrace: Duration = .seconds(3)
 
+    /// The defaults listed with each property.
     public init() {}
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` unless the service type is
+    /// Throws `PeerSyncError.Code.invalidArgument` unless the service type is
     /// `_name._tcp` or `_name._udp` (name: 1–15 letters, digits and hyphens) and the domain
     /// and durations are sensible.
     public func validate() throws(PeerSyncError) {

@@ -1,7 +1,7 @@
 import PeerSyncCore
 import PeerSyncDiscovery
 
-/// ``Discovery`` over DNS-SD (mDNS) through the Avahi daemon, as Couchbase Lite's multipeer
+/// `Discovery` over DNS-SD (mDNS) through the Avahi daemon, as Couchbase Lite's multipeer
 /// replicator announces itself on Wi-Fi/LAN: service type `_couchbaseP2P._tcp`, the peer group
 /// as the subtype `<group>._sub._couchbaseP2P._tcp`, the port of the peer's own (TLS) listener,
 /// and a TXT record with the peer ID, the protocol version and the metadata (keys in
@@ -16,13 +16,13 @@ import PeerSyncDiscovery
 ///
 /// Needs `avahi-daemon` and the system D-Bus (`DBUS_SYSTEM_BUS_ADDRESS` overrides where it
 /// is). Neither has to be running when the discovery starts or stay up: ``status`` says
-/// ``DiscoveryStatus/unavailable(_:)`` (with the reason) while they are not, the discovery
+/// `DiscoveryStatus.unavailable(_:)` (with the reason) while they are not, the discovery
 /// waits for them, and once the daemon is back it registers every publication again and
-/// restarts every browse (``DiscoveryStatus/recovered``). Browsers keep the peers they
+/// restarts every browse (`DiscoveryStatus.recovered`). Browsers keep the peers they
 /// reported meanwhile and report the differences afterwards.
 ///
 /// Name conflicts — another publication with the same name on this daemon or another host
-/// claiming it — are resolved the Avahi way (`name #2`, …); ``PeerPublication/name`` follows.
+/// claiming it — are resolved the Avahi way (`name #2`, …); `PeerPublication.name` follows.
 /// Two publications on one daemon that are identical record for record (same name, port and
 /// TXT) are one DNS-SD service to Avahi: it accepts both under that name. DNS compares names
 /// and subtypes without regard to ASCII case.
@@ -36,8 +36,8 @@ public final class DNSSDDiscovery: Discovery {
     private let engine: AvahiEngine
 
     /// Starts connecting to the daemon (in the background: the status stream tells how it goes).
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for an invalid configuration or unknown
-    /// interface, ``PeerSyncError/Code/io`` if its thread cannot be started.
+    /// Throws `PeerSyncError.Code.invalidArgument` for an invalid configuration or unknown
+    /// interface, `PeerSyncError.Code.io` if its thread cannot be started.
     public init(configuration: DNSSDConfiguration = DNSSDConfiguration()) throws(PeerSyncError) {
         try configuration.validate()
         self.configuration = configuration
@@ -56,7 +56,7 @@ public final class DNSSDDiscovery: Discovery {
 
     /// Publishes `announcement` on the daemon. Returns after the daemon probed the name and
     /// established it (about a second; the name may have been replaced by then), or at once
-    /// while the daemon is unavailable. ``PeerAnnouncement/addresses`` is not used: the daemon
+    /// while the daemon is unavailable. `PeerAnnouncement.addresses` is not used: the daemon
     /// announces its host's own addresses.
     public func publish(_ announcement: PeerAnnouncement) async throws -> any PeerPublication {
         let (id, snapshot) = try await engine.publish(announcement)

@@ -152,6 +152,7 @@ public struct BlobContentStream: AsyncSequence, Sendable {
 
     public func makeAsyncIterator() -> Iterator { Iterator(blob: blob, chunkSize: chunkSize) }
 
+    /// Reads the content chunk by chunk from the blob store; iterate on one task at a time.
     public struct Iterator: AsyncIteratorProtocol {
         let blob: Blob
         let chunkSize: Int

@@ -58,7 +58,7 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     // MARK: Documents
 
     /// The current revision of the document, or nil if it does not exist or is deleted.
-    /// Throws `.invalidDocumentID` for an ID that ``DocumentID/validate(_:)`` refuses (empty,
+    /// Throws `.invalidDocumentID` for an ID that `DocumentID.validate(_:)` refuses (empty,
     /// over 255 bytes, or holding a control character such as NUL).
     ///
     /// Isolation: a read (see "Isolation" on ``Database``).
@@ -100,7 +100,7 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     /// let saved = try await tasks.save(document: MutableDocument(id: "t1", data: ["title": "pid \(pid)"]))
     /// ```
     ///
-    /// The same save as ``save(document:concurrencyControl:)`` with `.lastWriteWins`, which
+    /// The same save as ``save(document:concurrencyControl:)->Bool`` with `.lastWriteWins`, which
     /// never refuses: the returned document has the new ``MutableDocument/revisionID`` and
     /// sequence, so editing and saving it again makes a child revision. Errors as there.
     ///
@@ -145,7 +145,7 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Deletes a document: its new current revision is a tombstone, which replicates.
-    /// Concurrency control as in ``save(document:concurrencyControl:)``; deleting an already
+    /// Concurrency control as in ``save(document:concurrencyControl:)->Bool``; deleting an already
     /// deleted document does nothing. Throws `.notFound` if the document does not exist.
     ///
     /// Isolation: a write (see "Isolation" on ``Database``).
@@ -168,7 +168,7 @@ public final class Collection: Sendable, Hashable, CustomStringConvertible {
 
     /// Removes a document and its whole history, without a tombstone (nothing replicates).
     /// Listeners are notified. Throws `.notFound` if it does not exist, `.invalidDocumentID`
-    /// for an ID that ``DocumentID/validate(_:)`` refuses.
+    /// for an ID that `DocumentID.validate(_:)` refuses.
     ///
     /// Isolation: a write (see "Isolation" on ``Database``).
     public func purge(id: String) async throws {

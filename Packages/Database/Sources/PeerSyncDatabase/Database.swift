@@ -32,6 +32,9 @@ public struct DatabaseConfiguration: Sendable {
     /// open.
     public var maximumReaderCount: Int
 
+    /// A configuration with every setting given; the defaults are the properties' (the current
+    /// directory, 20 revisions of tree depth, 20 MiB bodies, durable commits, a 50 ms poll, a
+    /// 10 s busy timeout, 4 readers).
     public init(directory: String = FileManager.default.currentDirectoryPath, backend: any StorageBackend,
                 maxRevTreeDepth: Int = 20, maxBodySize: Int = 20 * 1024 * 1024, durable: Bool = true,
                 changePollInterval: Duration = .milliseconds(50), busyTimeout: Duration = .seconds(10),
@@ -81,7 +84,7 @@ public enum MaintenanceType: Sendable, Hashable {
 /// Cancelling a task that awaits a database operation does not interrupt it: once submitted,
 /// an operation runs to completion (or rolls back on error).
 ///
-/// Errors: ``PeerSyncError`` — `.closed` after ``close()``, `.notFound` for missing
+/// Errors: `PeerSyncError` — `.closed` after ``close()``, `.notFound` for missing
 /// documents/collections, `.invalidArgument` / `.invalidDocumentID` / `.tooLarge` for bad
 /// input (nothing is changed), plus the backend's `.storage`, `.io`, `.busy`, `.corrupt`.
 public final class Database: Sendable, CustomStringConvertible {
@@ -324,7 +327,7 @@ public final class Database: Sendable, CustomStringConvertible {
     // MARK: Closing and deleting
 
     /// Closes the database. First, as Couchbase Lite does, it stops the replicators and
-    /// listeners using it (everything registered with ``addActiveStoppable(_:stop:)``) and
+    /// listeners using it (everything registered with `addActiveStoppable(_:stop:)`) and
     /// waits until they have stopped — a replicator stopped this way ends `.stopped` without an
     /// error; from then on none can start on it (`.closed`). Then it finishes change streams,
     /// stops timers, waits for the reads and writes submitted before it (they complete

@@ -36,7 +36,7 @@ public final class DatabaseTransaction {
         try engine(collection).document(id: id, writer)
     }
 
-    /// Like ``Collection/save(document:concurrencyControl:)``.
+    /// Like ``Collection/save(document:concurrencyControl:)->Bool``.
     @discardableResult
     public func save(document: inout MutableDocument, in collection: Collection,
                      concurrencyControl: ConcurrencyControl = .lastWriteWins) throws -> Bool {
@@ -50,7 +50,7 @@ public final class DatabaseTransaction {
         try engine(collection).save(&document, conflictHandler: conflictHandler, writer)
     }
 
-    /// Like ``Collection/delete(document:concurrencyControl:)``.
+    /// Like ``Collection/delete(document:concurrencyControl:)-(Document,_)``.
     @discardableResult
     public func delete(document: Document, in collection: Collection,
                        concurrencyControl: ConcurrencyControl = .lastWriteWins) throws -> Bool {

@@ -253,7 +253,7 @@ public struct Document: DocumentProperties, Sendable, Equatable, CustomStringCon
 }
 
 /// A document being edited (Couchbase Lite's `MutableDocument`): a value type, so a copy
-/// never changes the original. Save it with ``Collection/save(document:concurrencyControl:)``.
+/// never changes the original. Save it with ``Collection/save(document:concurrencyControl:)->Bool``.
 ///
 /// Validation happens on save: top-level keys starting with `_` are reserved and rejected with
 /// `.invalidArgument`; the ID must be non-empty and at most 255 UTF-8 bytes.
@@ -361,19 +361,25 @@ public struct MutableDocument: DocumentProperties, Sendable, Equatable, CustomSt
         return current
     }
 
+    /// Sets a string; nil removes the key.
     public mutating func setString(_ value: String?, forKey key: String) { properties[key] = value.map { .string($0) } }
+    /// Sets an integer (stored as a 64-bit JSON integer).
     public mutating func setInt(_ value: Int, forKey key: String) { properties[key] = .int(Int64(value)) }
+    /// Sets a 64-bit integer.
     public mutating func setInt64(_ value: Int64, forKey key: String) { properties[key] = .int(value) }
     /// Non-finite values are stored as `null` (JSON has no NaN or infinity).
     public mutating func setDouble(_ value: Double, forKey key: String) {
         properties[key] = value.isFinite ? .double(value) : .null
     }
+    /// Sets `true` or `false`.
     public mutating func setBool(_ value: Bool, forKey key: String) { properties[key] = .bool(value) }
     /// Stores the date as an ISO-8601 string in UTC with milliseconds; nil removes the key.
     public mutating func setDate(_ value: Date?, forKey key: String) {
         properties[key] = value.map { .string(ISO8601.format($0)) }
     }
+    /// Sets an array; nil removes the key.
     public mutating func setArray(_ value: [JSONValue]?, forKey key: String) { properties[key] = value.map { .array($0) } }
+    /// Sets a nested object (a dictionary); nil removes the key.
     public mutating func setDictionary(_ value: [String: JSONValue]?, forKey key: String) {
         properties[key] = value.map { .object($0) }
     }

@@ -103,7 +103,7 @@ extension MutableDocument {
     /// A new document whose properties are bridged from a Foundation dictionary (Couchbase
     /// Lite's `MutableDocument(id:data:)` with `[String: Any]`; the label differs so that a
     /// dictionary literal keeps meaning `[String: JSONValue]`). A unique ID is generated when
-    /// `id` is nil. Throws `.invalidArgument` for a value ``JSONValue/init(any:)`` refuses.
+    /// `id` is nil. Throws `.invalidArgument` for a value `JSONValue.init(any:)` refuses.
     public init(id: String? = nil, dictionary: [String: Any]) throws(PeerSyncError) {
         self.init(id: id, data: try Self.properties(bridging: dictionary))
     }
@@ -111,7 +111,7 @@ extension MutableDocument {
     /// Replaces every property with those bridged from a Foundation dictionary (Couchbase
     /// Lite's `setData(_:)` with `[String: Any]`; labelled so that `setData([...])` with a
     /// literal keeps meaning `[String: JSONValue]`). Throws `.invalidArgument` for a value
-    /// ``JSONValue/init(any:)`` refuses, and then changes nothing.
+    /// `JSONValue.init(any:)` refuses, and then changes nothing.
     public mutating func setData(dictionary: [String: Any]) throws(PeerSyncError) {
         properties = try Self.properties(bridging: dictionary)
     }
@@ -125,7 +125,7 @@ extension MutableDocument {
 
 extension DocumentProperties {
     /// The properties as a Foundation dictionary (Couchbase Lite's `toDictionary()`), values
-    /// as ``JSONValue/anyValue`` gives them; blobs appear as their metadata dictionaries.
+    /// as `JSONValue.anyValue` gives them; blobs appear as their metadata dictionaries.
     public func toDictionary() -> [String: Any] {
         properties.mapValues(\.anyValue)
     }

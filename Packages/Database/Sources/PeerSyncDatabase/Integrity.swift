@@ -8,8 +8,8 @@ extension Database {
     /// flags match the tree and the current body is a JSON object; sequences are unique and
     /// not above the keyspace's last sequence; every blob referenced by a kept revision body
     /// is stored; the expiration index is consistent; plus the storage engine's own check
-    /// when it offers one (``StorageIntegrityChecking`` on the storage, else
-    /// ``StorageBackendIntegrityChecking`` on the backend), its lines prefixed `storage: `.
+    /// when it offers one (`StorageIntegrityChecking` on the storage, else
+    /// `StorageBackendIntegrityChecking` on the backend), its lines prefixed `storage: `.
     ///
     /// Isolation: a read — the records are checked in one snapshot, on a reader thread.
     public func checkIntegrity() async throws -> [String] {

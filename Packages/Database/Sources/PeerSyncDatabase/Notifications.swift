@@ -5,6 +5,7 @@ import PeerSyncStorage
 /// Documents of one collection that changed in one commit (or, for changes made by another
 /// process, in the commits seen by one poll). Purged and expired documents are included.
 public struct CollectionChange: Sendable {
+    /// The collection the documents belong to.
     public let collection: Collection
     /// The IDs of the changed documents, each once, in the order of their changes.
     public let documentIDs: [String]
@@ -12,7 +13,9 @@ public struct CollectionChange: Sendable {
 
 /// One document that changed.
 public struct DocumentChange: Sendable {
+    /// The collection of the document.
     public let collection: Collection
+    /// The ID of the document that changed (also for a purge or an expiry).
     public let documentID: String
 }
 

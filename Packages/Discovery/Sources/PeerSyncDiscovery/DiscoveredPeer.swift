@@ -26,6 +26,7 @@ public struct DiscoveredPeer: Sendable, Hashable, CustomStringConvertible {
     /// Which discovery saw the peer (and so which transport reaches it).
     public var discovery: DiscoveryKind
 
+    /// A peer with these values, taken as given (implementations of ``Discovery`` make these).
     public init(name: String, peerID: PeerID, group: PeerGroupID, hostName: String? = nil, addresses: [String],
                 port: UInt16, metadata: PeerMetadata, protocolVersion: Int, discovery: DiscoveryKind) {
         self.name = name

@@ -28,7 +28,7 @@ import PeerSyncCore
 ///   meanwhile disappears). ``publish(_:)`` and ``browse(group:)`` work while unavailable.
 /// - **Shutdown.** ``shutdown()`` withdraws every publication (other hosts see them
 ///   disappear), ends every browse, and makes later calls throw
-///   ``PeerSyncError/Code/closed``. Idempotent.
+///   `PeerSyncError.Code.closed`. Idempotent.
 ///
 /// Threading: every method may be called from any task, concurrently. No method blocks a
 /// thread; `async` methods suspend at most until the service answered (see each).
@@ -48,12 +48,12 @@ public protocol Discovery: AnyObject, Sendable {
     /// unavailable (it is then registered when the service is back). The announcement may
     /// still be renamed later if another host claims its name.
     ///
-    /// Throws ``PeerSyncError/Code/closed`` after ``shutdown()``,
-    /// ``PeerSyncError/Code/discoveryFailed`` if the service refused it.
+    /// Throws `PeerSyncError.Code.closed` after ``shutdown()``,
+    /// `PeerSyncError.Code.discoveryFailed` if the service refused it.
     func publish(_ announcement: PeerAnnouncement) async throws -> any PeerPublication
 
     /// Starts browsing `group`. Returns at once; events follow on the returned browser.
-    /// Throws ``PeerSyncError/Code/closed`` after ``shutdown()``.
+    /// Throws `PeerSyncError.Code.closed` after ``shutdown()``.
     func browse(group: PeerGroupID) async throws -> PeerBrowser
 
     /// Unpublishes everything, ends every browse and reports ``DiscoveryStatus/stopped``.
@@ -73,8 +73,8 @@ public protocol PeerPublication: AnyObject, Sendable {
     var name: String { get }
 
     /// Replaces the metadata; browsers see ``PeerEvent/updated(_:)``. Throws
-    /// ``PeerSyncError/Code/closed`` after ``unpublish()`` or the discovery's shutdown,
-    /// ``PeerSyncError/Code/discoveryFailed`` if the service refused it.
+    /// `PeerSyncError.Code.closed` after ``unpublish()`` or the discovery's shutdown,
+    /// `PeerSyncError.Code.discoveryFailed` if the service refused it.
     func updateMetadata(_ metadata: PeerMetadata) async throws
 
     /// Withdraws the announcement; browsers see ``PeerEvent/disappeared(_:)``. Idempotent.

@@ -14,7 +14,7 @@ public enum DiscoveryStatus: Sendable, Hashable, CustomStringConvertible {
     /// Working.
     case running
     /// The service underneath cannot be reached; the error (code
-    /// ``PeerSyncError/Code/discoveryUnavailable`` or ``PeerSyncError/Code/discoveryFailed``)
+    /// `PeerSyncError.Code.discoveryUnavailable` or `PeerSyncError.Code.discoveryFailed`)
     /// says why. The discovery keeps retrying.
     case unavailable(PeerSyncError)
     /// Working again after being unavailable: publications were registered again and browses

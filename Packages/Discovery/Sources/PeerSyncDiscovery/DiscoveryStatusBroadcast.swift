@@ -19,6 +19,7 @@ public final class DiscoveryStatusBroadcast: Sendable {
     // flushed after it is released.
     private let state: LockedValue<State>
 
+    /// A broadcast whose current status is `initial` (default `.starting`).
     public init(_ initial: DiscoveryStatus = .starting) {
         state = LockedValue(State(current: initial))
     }

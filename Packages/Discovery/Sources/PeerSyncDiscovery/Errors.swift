@@ -1,9 +1,9 @@
 import PeerSyncCore
 
 /// Error codes of peer discovery. Every ``Discovery`` reports failures as ``PeerSyncError``
-/// with one of these codes or a Core code (``PeerSyncError/Code/invalidArgument`` for a bad
-/// identifier, name or metadata, ``PeerSyncError/Code/tooLarge`` for metadata over its limit,
-/// ``PeerSyncError/Code/closed`` after ``Discovery/shutdown()``).
+/// with one of these codes or a Core code (`PeerSyncError.Code.invalidArgument` for a bad
+/// identifier, name or metadata, `PeerSyncError.Code.tooLarge` for metadata over its limit,
+/// `PeerSyncError.Code.closed` after ``Discovery/shutdown()``).
 extension PeerSyncError.Code {
     /// The service a discovery relies on cannot be reached (the Avahi daemon or the system
     /// D-Bus is not running, the Bluetooth adapter is off, a simulated outage). Reported in

@@ -27,7 +27,7 @@ public struct PeerAnnouncement: Sendable, Hashable {
     /// The longest ``name`` in bytes.
     public static let maxNameLength = 63
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for an invalid `name` or a
+    /// Throws `PeerSyncError.Code.invalidArgument` for an invalid `name` or a
     /// `protocolVersion` outside 0...999_999.
     public init(peerID: PeerID, group: PeerGroupID, name: String? = nil, port: UInt16, addresses: [String] = [],
                 metadata: PeerMetadata = PeerMetadata(), protocolVersion: Int = 1) throws(PeerSyncError) {
@@ -45,7 +45,7 @@ public struct PeerAnnouncement: Sendable, Hashable {
         self.protocolVersion = protocolVersion
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` unless `name` is 1–63 bytes of UTF-8
+    /// Throws `PeerSyncError.Code.invalidArgument` unless `name` is 1–63 bytes of UTF-8
     /// without control characters.
     public static func validate(name: String) throws(PeerSyncError) {
         let count = name.utf8.count

@@ -14,7 +14,7 @@ public struct PeerGroupID: Sendable, Hashable, Comparable, CustomStringConvertib
     /// The longest group ID in bytes (one DNS label).
     public static let maxLength = 63
 
-    /// Validates `rawValue`. Throws ``PeerSyncError/Code/invalidArgument`` if it is empty,
+    /// Validates `rawValue`. Throws `PeerSyncError.Code.invalidArgument` if it is empty,
     /// longer than ``maxLength`` bytes, or holds a control character, `.`, `,` or `\`.
     public init(_ rawValue: String) throws(PeerSyncError) {
         let count = rawValue.utf8.count

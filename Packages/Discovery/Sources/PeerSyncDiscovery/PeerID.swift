@@ -14,7 +14,7 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
     /// The longest peer ID in bytes.
     public static let maxLength = 64
 
-    /// Validates `rawValue`. Throws ``PeerSyncError/Code/invalidArgument`` if it is empty,
+    /// Validates `rawValue`. Throws `PeerSyncError.Code.invalidArgument` if it is empty,
     /// longer than ``maxLength`` bytes or holds a character outside `[A-Za-z0-9._:-]`.
     public init(_ rawValue: String) throws(PeerSyncError) {
         let bytes = rawValue.utf8
@@ -31,7 +31,7 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
     }
 
     /// The peer ID of a digest (e.g. SHA-256 of a certificate, 32 bytes): its lowercase hex
-    /// text. Throws ``PeerSyncError/Code/invalidArgument`` for an empty digest or one longer
+    /// text. Throws `PeerSyncError.Code.invalidArgument` for an empty digest or one longer
     /// than 32 bytes.
     public init(digest: [UInt8]) throws(PeerSyncError) {
         guard !digest.isEmpty, digest.count * 2 <= Self.maxLength else {

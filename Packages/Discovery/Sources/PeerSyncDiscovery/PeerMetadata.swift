@@ -12,8 +12,8 @@ import PeerSyncCore
 /// - Size: the encoded form (one length byte plus `key=value` per entry) is at most
 ///   ``maxEncodedSize`` bytes, which keeps a whole announcement in one mDNS packet.
 ///
-/// Setters validate and throw ``PeerSyncError/Code/invalidArgument`` (bad key, reserved key)
-/// or ``PeerSyncError/Code/tooLarge`` (entry or total too long), leaving the value unchanged.
+/// Setters validate and throw `PeerSyncError.Code.invalidArgument` (bad key, reserved key)
+/// or `PeerSyncError.Code.tooLarge` (entry or total too long), leaving the value unchanged.
 public struct PeerMetadata: Sendable, Hashable, CustomStringConvertible {
     /// The entries, by key.
     public private(set) var entries: [String: [UInt8]] = [:]

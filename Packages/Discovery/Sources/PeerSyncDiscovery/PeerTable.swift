@@ -5,6 +5,7 @@ public struct PeerTable: Sendable, Hashable {
     /// The peers reported as visible, by name.
     public private(set) var peers: [String: DiscoveredPeer] = [:]
 
+    /// A table with no peers.
     public init() {}
 
     /// Records `peer` as visible: `.appeared` if new, `.updated` if it changed, nil if the same.

@@ -1,9 +1,9 @@
 import PeerSyncCore
 import PeerSyncDiscovery
 
-/// The discovery conformance suite: every ``Discovery`` (DNS-SD over Avahi, Bluetooth LE, the
+/// The discovery conformance suite: every `Discovery` (DNS-SD over Avahi, Bluetooth LE, the
 /// in-process registry, a user's own) runs it to show it keeps the contract written on
-/// ``Discovery``.
+/// `Discovery`.
 ///
 /// It uses no test framework, so it runs under Swift Testing, XCTest or a plain executable:
 ///
@@ -19,7 +19,7 @@ import PeerSyncDiscovery
 /// A case makes its "hosts" with `makeHost` — each a separate `Discovery` instance, as on
 /// separate machines that see each other — uses a peer group of its own (a random suffix), and
 /// shuts every host down at its end. Every wait has a timeout (``Configuration/timeout``), so a
-/// broken discovery fails with a ``ConformanceFailure`` naming what did not happen; it never
+/// broken discovery fails with a `ConformanceFailure` naming what did not happen; it never
 /// hangs the suite. Cases are independent; they may run in parallel unless the outage case
 /// runs (it interrupts the service under every host).
 public struct DiscoveryConformanceSuite: Sendable {
@@ -34,16 +34,20 @@ public struct DiscoveryConformanceSuite: Sendable {
         /// Peers the `manyPeers` case publishes (spread over three hosts). Default 12.
         public var manyPeers: Int = 12
 
+        /// The defaults listed with each property.
         public init() {}
     }
 
     /// How to take the service under the discovery away and bring it back (stop and restart
-    /// `avahi-daemon`; ``InProcessDiscoveryRegistry/beginOutage(reason:)``). Needed by the
+    /// `avahi-daemon`; `InProcessDiscoveryRegistry.beginOutage(reason:)`). Needed by the
     /// cases in ``outageCaseNames``.
     public struct Outage: Sendable {
+        /// Takes the service away (e.g. stops the daemon); returns once it is gone.
         public var begin: @Sendable () async throws -> Void
+        /// Brings the service back; returns once it has been restarted.
         public var end: @Sendable () async throws -> Void
 
+        /// An outage made by `begin` and undone by `end`.
         public init(begin: @escaping @Sendable () async throws -> Void, end: @escaping @Sendable () async throws -> Void) {
             self.begin = begin
             self.end = end
@@ -60,11 +64,13 @@ public struct DiscoveryConformanceSuite: Sendable {
     /// Every case.
     public static let caseNames = basicCaseNames + outageCaseNames
 
+    /// The waits and sizes the cases use.
     public let configuration: Configuration
     let makeHost: @Sendable (String) async throws -> any Discovery
     let outage: Outage?
 
     /// - Parameters:
+    ///   - configuration: the waits and sizes of the cases; default ``Configuration/init()`` (30 s timeout, 1 s quiet period, 12 peers).
     ///   - makeHost: a new `Discovery` instance acting as the host named by the argument
     ///     (`"a"`, `"b"`, …); instances of one suite must see each other.
     ///   - outage: how to interrupt and restore the service, for ``outageCaseNames``.
@@ -81,7 +87,7 @@ public struct DiscoveryConformanceSuite: Sendable {
         outage == nil ? Self.basicCaseNames : Self.caseNames
     }
 
-    /// Runs one case. Throws a ``ConformanceFailure`` if the discovery breaks the contract (or
+    /// Runs one case. Throws a `ConformanceFailure` if the discovery breaks the contract (or
     /// an unknown or unavailable case is named); returns normally if it passes.
     public func run(_ name: String) async throws {
         let context = CaseContext(caseName: name, configuration: configuration, makeHost: makeHost)

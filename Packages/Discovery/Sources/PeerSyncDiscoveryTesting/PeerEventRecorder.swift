@@ -2,7 +2,7 @@ import PeerSyncCore
 import PeerSyncDiscovery
 
 /// Consumes one browser in a task of its own and keeps every event, the peers visible by the
-/// events so far, and every breach of the event rules (``PeerEvent``'s order per name, events
+/// events so far, and every breach of the event rules (`PeerEvent`'s order per name, events
 /// of the browsed group only, the discovery's kind on every peer, an address on every peer).
 /// The conformance suite's eyes; tests of code above discovery can use it too.
 ///
@@ -133,7 +133,7 @@ public final class PeerEventRecorder: Sendable {
     }
 }
 
-/// Consumes one ``Discovery/statusUpdates()`` stream in a task of its own and keeps what it
+/// Consumes one `Discovery.statusUpdates()` stream in a task of its own and keeps what it
 /// yielded. Threading: any thread.
 public final class DiscoveryStatusRecorder: Sendable {
     private let state = LockedValue<(statuses: [DiscoveryStatus], ended: Bool)>(([], false))

@@ -8,7 +8,7 @@ import Glibc
 import Darwin
 #endif
 
-/// The LMDB storage backend (name `"lmdb"`): a ``StorageBackend`` that keeps a store in
+/// The LMDB storage backend (name `"lmdb"`): a `StorageBackend` that keeps a store in
 /// `data.mdb` + `lock.mdb` (LMDB's files) and `peersync-writer.lock` in its directory.
 ///
 /// - Every keyspace lives in three fixed LMDB databases (records by key, the sequence index,
@@ -21,22 +21,24 @@ import Darwin
 ///   (only creating a store does); read transactions see a snapshot, never block writers and
 ///   are never blocked by them. Write transactions are serialized within the process and
 ///   across processes; waiting longer than
-///   ``StorageOptions/busyTimeout`` throws `.busy`. A nested `write` on the same thread throws
+///   `StorageOptions.busyTimeout` throws `.busy`. A nested `write` on the same thread throws
 ///   `.storage` at once.
-/// - The map starts at ``StorageOptions/initialSize`` (default 64 MiB) and grows automatically
+/// - The map starts at `StorageOptions.initialSize` (default 64 MiB) and grows automatically
 ///   (at least doubling) when full: the write transaction is replayed from its journal into a
 ///   new LMDB transaction, transparently — the closure runs exactly once. A map grown by
 ///   another process is adopted on the next transaction.
-/// - ``StorageOptions/durable`` `false` opens LMDB with `MDB_NOSYNC`: a commit is not flushed,
+/// - `StorageOptions.durable` `false` opens LMDB with `MDB_NOSYNC`: a commit is not flushed,
 ///   so a system crash may lose (or, on file systems that reorder writes, damage) the last
 ///   transactions; an application crash loses nothing.
 /// - Opening a zero-length, truncated, non-LMDB or foreign-LMDB `data.mdb` throws `.corrupt`.
 ///   ``checkIntegrity(directory:)`` walks a whole store.
 /// - Within one process every open of one directory shares one LMDB environment (LMDB must
-///   not open an environment twice per process); it closes with the last ``Storage``.
+///   not open an environment twice per process); it closes with the last `Storage`.
 ///
-/// Threading: every method blocks the calling thread (see ``Storage``).
+/// Threading: every method blocks the calling thread (see `Storage`).
 public struct LMDBStorageBackend: StorageBackend {
+    /// The LMDB backend. It holds no state: the environments it opens are shared per directory
+    /// within the process (see above).
     public init() {}
 
     public var name: String { "lmdb" }

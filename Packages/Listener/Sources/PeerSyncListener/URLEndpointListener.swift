@@ -49,7 +49,7 @@ public struct URLEndpointListenerConfiguration: Sendable {
     /// A connection whose partial message would take the total over it is closed with 1009
     /// (message too big) and its buffer freed; the others go on. nil: no shared limit (each
     /// message is still limited to 32 MiB). Default 64 MiB
-    /// (``PeerSyncWebSocket/WebSocketServerConfiguration/maxPartialMessageBytes``).
+    /// (`PeerSyncWebSocket.WebSocketServerConfiguration.maxPartialMessageBytes`).
     public var maxPartialMessageBytes: Int? = 64 << 20
 
     /// A configuration serving `collections` (all of one database; checked by
@@ -86,6 +86,7 @@ public struct URLEndpointListenerConnectionStatus: Sendable, Hashable {
 /// is registered with its database: `Database.close()` stops it first (as ``stop()`` does),
 /// and starting it on a closed database throws `.closed`.
 public final class URLEndpointListener: Sendable {
+    /// Couchbase Lite's name for ``URLEndpointListenerConnectionStatus``.
     public typealias ConnectionStatus = URLEndpointListenerConnectionStatus
 
     /// The configuration it was created with (``tlsIdentity`` may differ once started with an

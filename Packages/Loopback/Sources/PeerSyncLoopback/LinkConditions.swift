@@ -21,7 +21,7 @@ public struct LinkConditions: Sendable, Hashable {
     public var bandwidth: Int?
     /// The largest fragment payload in bytes, or `nil` to send messages whole.
     public var mtu: Int?
-    /// The link breaks (both sides see ``PeerSyncError/Code/connectionReset``) when either
+    /// The link breaks (both sides see `PeerSyncError.Code.connectionReset`) when either
     /// direction has carried more than this many payload bytes: the fragment that would cross
     /// the limit is lost, what was ahead of it on the wire still arrives, then the link breaks.
     /// `nil`: never.
@@ -34,6 +34,8 @@ public struct LinkConditions: Sendable, Hashable {
     /// vary them.
     public var seed: UInt64
 
+    /// Conditions with every setting given; the defaults (no latency, jitter, bandwidth limit,
+    /// fragmentation or loss; seed 0) make an ideal link.
     public init(latency: Duration = .zero, jitter: Duration = .zero, bandwidth: Int? = nil, mtu: Int? = nil,
                 dropAfterBytes: Int? = nil, disconnectProbability: Double = 0, seed: UInt64 = 0) {
         self.latency = latency
@@ -60,7 +62,7 @@ public struct LinkConditions: Sendable, Hashable {
             && disconnectProbability == 0
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` if a value is out of range (negative
+    /// Throws `PeerSyncError.Code.invalidArgument` if a value is out of range (negative
     /// durations, `mtu` or `bandwidth` below 1, negative `dropAfterBytes`, probability outside 0...1).
     public func validate() throws {
         func fail(_ what: String) -> PeerSyncError {

@@ -22,6 +22,7 @@ public enum LinkDirection: Sendable, Hashable, CustomStringConvertible {
 public final class LinkTrace: Sendable {
     /// One event on the wire.
     public struct Event: Sendable, Hashable {
+        /// What happened on the wire.
         public enum Kind: Sendable, Hashable {
             /// A fragment left the sender.
             case fragment
@@ -30,7 +31,9 @@ public final class LinkTrace: Sendable {
             /// The close message left the sender.
             case close
         }
+        /// Which way the fragment (or close) travelled.
         public var direction: LinkDirection
+        /// A fragment sent, the link broken at it, or the close sent.
         public var kind: Kind
         /// The fragment's number in its direction, from 0.
         public var index: Int

@@ -2,9 +2,9 @@ import PeerSyncCore
 import PeerSyncTransport
 
 /// One end of an in-process connection made by ``LoopbackTransport``. Keeps the
-/// ``MessageConnection`` contract; see there for sending, receiving and closing.
+/// `MessageConnection` contract; see there for sending, receiving and closing.
 ///
-/// Loopback specifics: ``kind`` is ``TransportKind/loopback``; there is never a peer
+/// Loopback specifics: ``kind`` is `TransportKind.loopback`; there is never a peer
 /// certificate; ``close(code:reason:)`` waits at most the transport's `closeTimeout` for the
 /// peer's answer, then drops the link. ``abort()`` drops the link at once, as a vanished peer
 /// would. Releasing the last reference to an open connection also drops the link.
@@ -54,9 +54,9 @@ public final class LoopbackConnection: MessageConnection {
     }
 
     /// Drops the link without a close handshake, like a crashed peer or a pulled cable: both
-    /// ends' pending and later operations fail with ``PeerSyncError/Code/connectionReset``
+    /// ends' pending and later operations fail with `PeerSyncError.Code.connectionReset`
     /// (after the messages they already received), and ``closeInfo`` becomes
-    /// ``CloseCode/abnormalClosure``. Does nothing on a connection that has ended.
+    /// `CloseCode.abnormalClosure`. Does nothing on a connection that has ended.
     public func abort() {
         link.breakLink("the connection was aborted by \(side == 0 ? "the client" : "the server")")
     }

@@ -75,8 +75,8 @@ public final class LoopbackNetwork: Sendable {
     // MARK: Partitions and disconnects
 
     /// Separates the hosts of `groupA` from those of `groupB`: links between them break at once
-    /// (both ends see ``PeerSyncError/Code/connectionReset``) and new connections between them
-    /// are refused (``PeerSyncError/Code/connectionRefused``) until ``heal()``. Hosts inside one
+    /// (both ends see `PeerSyncError.Code.connectionReset`) and new connections between them
+    /// are refused (`PeerSyncError.Code.connectionRefused`) until ``heal()``. Hosts inside one
     /// group still reach each other.
     public func partition(_ groupA: some Sequence<String>, _ groupB: some Sequence<String>) {
         let a = Set(groupA)

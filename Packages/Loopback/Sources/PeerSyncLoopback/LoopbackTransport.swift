@@ -19,6 +19,8 @@ public struct LoopbackConnectOptions: TransportOptions {
 
     public init() {}
 
+    /// Options shaping the link with `conditions` (nil: an ideal link) and recording it in `trace`
+    /// (default none); buffers and message size keep their defaults.
     public init(conditions: LinkConditions?, trace: LinkTrace? = nil) {
         self.conditions = conditions
         self.trace = trace
@@ -27,7 +29,7 @@ public struct LoopbackConnectOptions: TransportOptions {
 
 /// Options for ``LoopbackTransport/listen(on:options:)``.
 public struct LoopbackListenOptions: TransportOptions {
-    /// Connections waiting for ``TransportListener/accept()``; more are refused. Default 128.
+    /// Connections waiting for `TransportListener.accept()`; more are refused. Default 128.
     public var backlog: Int = 128
     /// The largest message accepted connections send or receive. Default 64 MiB.
     public var maxMessageSize: Int = 64 << 20
@@ -39,7 +41,7 @@ public struct LoopbackListenOptions: TransportOptions {
     public init() {}
 }
 
-/// An in-process ``Transport``: connections between tasks of one process over a
+/// An in-process `Transport`: connections between tasks of one process over a
 /// ``LoopbackNetwork``, optionally through a simulated link (``LinkConditions``: latency,
 /// jitter, bandwidth, MTU, disconnects) and subject to the network's partitions. The test bed
 /// for replication, mesh and BLE-like links.
@@ -51,14 +53,16 @@ public struct LoopbackListenOptions: TransportOptions {
 ///
 /// A value type; copies share the network. All methods are safe from any task.
 public struct LoopbackTransport: Transport {
+    /// Link conditions, trace, buffers and message size of an outgoing connection.
     public typealias ConnectOptions = LoopbackConnectOptions
+    /// Backlog, buffers and message size of a listener.
     public typealias ListenOptions = LoopbackListenOptions
 
     /// The network this transport connects and listens on.
     public let network: LoopbackNetwork
     /// The name of the host this transport connects from.
     public let host: String
-    /// How long ``MessageConnection/close(code:reason:)`` waits for the peer's answer before
+    /// How long `MessageConnection.close(code:reason:)` waits for the peer's answer before
     /// dropping the link (the peer may not be reading). Default 5 seconds.
     public var closeTimeout: Duration
 
@@ -73,10 +77,10 @@ public struct LoopbackTransport: Transport {
     public var kind: TransportKind { .loopback }
     public var schemes: Set<String> { ["loopback"] }
 
-    /// Connects to the listener at `endpoint`. Throws ``PeerSyncError/Code/connectionRefused``
+    /// Connects to the listener at `endpoint`. Throws `PeerSyncError.Code.connectionRefused`
     /// if nothing listens there, a partition separates the hosts, or the backlog is full;
-    /// ``PeerSyncError/Code/invalidArgument`` for another scheme, port 0 or invalid conditions;
-    /// ``PeerSyncError/Code/cancelled`` if cancelled during the simulated handshake (one
+    /// `PeerSyncError.Code.invalidArgument` for another scheme, port 0 or invalid conditions;
+    /// `PeerSyncError.Code.cancelled` if cancelled during the simulated handshake (one
     /// round trip of the link's latency).
     public func connect(to endpoint: Endpoint, options: LoopbackConnectOptions) async throws -> any MessageConnection {
         try await connectLoopback(to: endpoint, options: options)
@@ -102,7 +106,7 @@ public struct LoopbackTransport: Transport {
     }
 
     /// Listens on `endpoint` (`loopback://host[:port]`). Throws
-    /// ``PeerSyncError/Code/addressInUse`` if another listener of the network holds it.
+    /// `PeerSyncError.Code.addressInUse` if another listener of the network holds it.
     public func listen(on endpoint: Endpoint, options: LoopbackListenOptions) async throws -> any TransportListener {
         try listenLoopback(on: endpoint, options: options)
     }
@@ -119,7 +123,7 @@ public struct LoopbackTransport: Transport {
     }
 }
 
-/// Accepts connections at a loopback endpoint; see ``TransportListener`` for the contract.
+/// Accepts connections at a loopback endpoint; see `TransportListener` for the contract.
 public final class LoopbackListener: TransportListener {
     public let endpoint: Endpoint
     let options: LoopbackListenOptions

@@ -4,7 +4,7 @@ import PeerSyncDiscovery
 import PeerSyncLoopback
 import PeerSyncTransport
 
-/// A ``MeshLinkTransport`` over ``LoopbackNetwork`` links, for tests, simulations and
+/// A ``MeshLinkTransport`` over `LoopbackNetwork` links, for tests, simulations and
 /// `peersync bench mesh`: many mesh peers in one process, each a host of one loopback network
 /// (pair it with an `InProcessDiscovery` of the same host name in a ``MeshNetwork``).
 ///
@@ -22,8 +22,8 @@ import PeerSyncTransport
 /// names refuses dials and breaks the links across it, so partition tests are real.
 ///
 /// Errors of ``dial(_:)``: `connectionRefused` (nobody listens, or a partition),
-/// ``PeerSyncError/Code/certificateRejected`` (the peer refused our certificate),
-/// ``PeerSyncError/Code/untrustedCertificate`` (we refused the peer's), `timeout` (the
+/// `PeerSyncError.Code.certificateRejected` (the peer refused our certificate),
+/// `PeerSyncError.Code.untrustedCertificate` (we refused the peer's), `timeout` (the
 /// handshake took longer than ``MeshLinkContext/handshakeTimeout``), `protocolError`,
 /// `closed` (not started). Threading: any task; nothing blocks a thread.
 public final class InProcessMeshLinks: MeshLinkTransport {
@@ -52,6 +52,8 @@ public final class InProcessMeshLinks: MeshLinkTransport {
 
     private let state = LockedValue(State())
 
+    /// Links of host `host` on `network`, reported as `transport` (default `.wifi`), shaped by
+    /// `conditions` (default none: instant, lossless).
     public init(network: LoopbackNetwork, host: String, transport: MultipeerTransport = .wifi,
                 conditions: LinkConditions? = nil) {
         self.network = network

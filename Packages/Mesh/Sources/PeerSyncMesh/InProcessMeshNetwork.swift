@@ -2,8 +2,8 @@ import PeerSyncCore
 import PeerSyncDiscovery
 import PeerSyncLoopback
 
-/// One simulated network for many mesh peers in one process: an ``InProcessDiscoveryRegistry``
-/// (discovery) and a ``LoopbackNetwork`` (links), with partitions applied to both, as a real
+/// One simulated network for many mesh peers in one process: an `InProcessDiscoveryRegistry`
+/// (discovery) and a `LoopbackNetwork` (links), with partitions applied to both, as a real
 /// network split hides peers from discovery and cuts their links alike. Each peer is a host
 /// name; ``network(host:transport:)`` gives its ``MeshNetwork``.
 ///
@@ -16,7 +16,7 @@ public final class InProcessMeshNetwork: Sendable {
     /// The hosts ``network(host:transport:)`` was asked for.
     private let hosts = LockedValue<Set<String>>([])
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for invalid discovery conditions.
+    /// Throws `PeerSyncError.Code.invalidArgument` for invalid discovery conditions.
     public init(discovery: SimulatedDiscoveryConditions = .perfect, links: LinkConditions = .perfect) throws(PeerSyncError) {
         registry = try InProcessDiscoveryRegistry(conditions: discovery)
         self.links = LoopbackNetwork(conditions: links)

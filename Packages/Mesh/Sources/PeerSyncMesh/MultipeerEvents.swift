@@ -15,6 +15,7 @@ public struct MultipeerReplicatorStatus: Sendable, Hashable, CustomStringConvert
     /// The transport this status is about; nil for the aggregate.
     public var transport: MultipeerTransport?
 
+    /// A status with these values (the replicator makes these; tests may too).
     public init(active: Bool, error: PeerSyncError? = nil, transport: MultipeerTransport? = nil) {
         self.active = active
         self.error = error
@@ -28,11 +29,14 @@ public struct MultipeerReplicatorStatus: Sendable, Hashable, CustomStringConvert
 
 /// A peer appeared or disappeared on a transport (Couchbase Lite's `PeerDiscoveryStatus`).
 public struct PeerDiscoveryStatus: Sendable, Hashable, CustomStringConvertible {
+    /// The peer (the SHA-256 digest of its certificate).
     public var peerID: PeerID
+    /// The transport whose discovery saw the change.
     public var transport: MultipeerTransport
     /// True when the peer became visible on ``transport``, false when it is gone from it.
     public var online: Bool
 
+    /// A status with these values.
     public init(peerID: PeerID, transport: MultipeerTransport, online: Bool) {
         self.peerID = peerID
         self.transport = transport
@@ -44,6 +48,7 @@ public struct PeerDiscoveryStatus: Sendable, Hashable, CustomStringConvertible {
 
 /// A change of the replication with one peer (Couchbase Lite's `PeerReplicatorStatus`).
 public struct PeerReplicatorStatus: Sendable, Hashable, CustomStringConvertible {
+    /// The peer at the other end of the link.
     public var peerID: PeerID
     /// The transport of the link.
     public var transport: MultipeerTransport
@@ -55,6 +60,7 @@ public struct PeerReplicatorStatus: Sendable, Hashable, CustomStringConvertible 
     /// when the link ends.
     public var status: ReplicatorStatus
 
+    /// A status with these values.
     public init(peerID: PeerID, transport: MultipeerTransport, outgoing: Bool, status: ReplicatorStatus) {
         self.peerID = peerID
         self.transport = transport
@@ -70,13 +76,18 @@ public struct PeerReplicatorStatus: Sendable, Hashable, CustomStringConvertible 
 
 /// One document sent to or received from a peer (Couchbase Lite's `ReplicatedDocument`).
 public struct MultipeerReplicatedDocument: Sendable, Hashable {
+    /// The scope of the document's collection.
     public var scope: String
+    /// The name of the document's collection.
     public var collection: String
+    /// The document ID.
     public var id: String
+    /// Whether the revision was a deletion, or the peer revoked access to the document.
     public var flags: DocumentFlags
     /// Why the document failed to replicate; nil on success.
     public var error: PeerSyncError?
 
+    /// A document with these values.
     public init(scope: String, collection: String, id: String, flags: DocumentFlags, error: PeerSyncError?) {
         self.scope = scope
         self.collection = collection
@@ -94,11 +105,16 @@ public struct MultipeerReplicatedDocument: Sendable, Hashable {
 /// Documents sent to (``isPush``) or received from one peer (Couchbase Lite's
 /// `PeerDocumentReplication`).
 public struct PeerDocumentReplication: Sendable, Hashable {
+    /// The peer the documents went to or came from.
     public var peerID: PeerID
+    /// The transport of the link they travelled.
     public var transport: MultipeerTransport
+    /// True for documents sent to the peer, false for documents received from it.
     public var isPush: Bool
+    /// The documents, in the order they were confirmed.
     public var documents: [MultipeerReplicatedDocument]
 
+    /// A batch with these values.
     public init(peerID: PeerID, transport: MultipeerTransport, isPush: Bool, documents: [MultipeerReplicatedDocument]) {
         self.peerID = peerID
         self.transport = transport
@@ -109,6 +125,7 @@ public struct PeerDocumentReplication: Sendable, Hashable {
 
 /// What a ``MultipeerReplicator`` knows about one peer (Couchbase Lite's `PeerInfo`).
 public struct PeerInfo: Sendable, Hashable {
+    /// The peer (the SHA-256 digest of its certificate).
     public var peerID: PeerID
     /// The peer's certificate, once a link to it was authenticated (this peer's own for self).
     public var certificate: Certificate?
@@ -124,6 +141,7 @@ public struct PeerInfo: Sendable, Hashable {
     /// The replication's status: `.stopped` without a link (and for self).
     public var replicatorStatus: ReplicatorStatus
 
+    /// Information with these values.
     public init(peerID: PeerID, certificate: Certificate?, online: Bool, neighborPeers: [PeerID],
                 transports: Set<MultipeerTransport>, replicatorTransport: MultipeerTransport?,
                 replicatorStatus: ReplicatorStatus) {

@@ -8,7 +8,7 @@ import PeerSyncReplicator
 /// plus PeerSync's topology tunables. A value type: the replicator copies it at init.
 ///
 /// The initializer validates what Couchbase Lite validates; the tunables are validated by
-/// ``MultipeerReplicator/init(config:networks:)`` (``PeerSyncError/Code/invalidArgument``).
+/// ``MultipeerReplicator/init(config:networks:)`` (`PeerSyncError.Code.invalidArgument`).
 public struct MultipeerReplicatorConfiguration: Sendable {
     /// The group: only peers of the same group see and sync with each other (Couchbase Lite's
     /// rule: 1–63 bytes of UTF-8, no control characters, `.`, `,` or `\`).
@@ -65,7 +65,7 @@ public struct MultipeerReplicatorConfiguration: Sendable {
     /// is dropped instead of wedging the mesh (Couchbase Lite's CBL-8380). Positive.
     public var handshakeTimeout: Duration = .seconds(10)
 
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for an invalid group ID, an identity
+    /// - Throws: `PeerSyncError.Code.invalidArgument` for an invalid group ID, an identity
     ///   whose certificate lacks client or server key usage (the message names the missing
     ///   one), no collections, collections of different databases, or a collection listed twice.
     public init(peerGroupID: String, identity: TLSIdentity, authenticator: MultipeerCertificateAuthenticator,
@@ -128,7 +128,7 @@ public struct MultipeerCertificateAuthenticator: Sendable {
     private let check: @Sendable ([Certificate]) -> Bool
 
     /// Trusts peers whose certificate chains to one of `rootCerts` (X.509 path validation,
-    /// validity period, client-auth usage; see ``Certificate/validationFailure(ofChain:roots:)``).
+    /// validity period, client-auth usage; see `Certificate.validationFailure(ofChain:roots:)`).
     public init(rootCerts: [Certificate]) {
         check = { chain in Certificate.validationFailure(ofChain: chain, roots: rootCerts) == nil }
     }
@@ -155,11 +155,13 @@ public struct MultipeerCertificateAuthenticator: Sendable {
 public typealias MultipeerReplicationFilter = @Sendable (_ peerID: PeerID, _ document: Document, _ flags: DocumentFlags) -> Bool
 
 /// Resolves a conflict pulled from a peer (Couchbase Lite's `MultipeerConflictResolver`): as
-/// ``ConflictResolver``, also given the peer the remote revision came from. Returns the
+/// `ConflictResolver`, also given the peer the remote revision came from. Returns the
 /// document to keep, a merge, or nil to delete; runs on a replication task, possibly
 /// concurrently for different documents; throwing leaves the conflict for a later pull and
 /// reports the error on that document.
 public protocol MultipeerConflictResolver: Sendable {
+    /// The document to keep for `conflict`, pulled from `peerID`: the local or remote one, a merge,
+    /// or nil to delete (saved as `ConflictResolver` describes).
     func resolve(peerID: PeerID, conflict: Conflict) async throws -> (any DocumentProperties)?
 }
 
@@ -177,10 +179,11 @@ public struct MultipeerCollectionConfiguration: Sendable {
     public var pushFilter: MultipeerReplicationFilter?
     /// Only received revisions for which this returns true are stored. Default nil: all.
     public var pullFilter: MultipeerReplicationFilter?
-    /// Resolves conflicts; nil: ``ConflictResolvers/default`` (Couchbase Lite's rule, the same
+    /// Resolves conflicts; nil: `ConflictResolvers.default` (Couchbase Lite's rule, the same
     /// winner on every peer).
     public var conflictResolver: (any MultipeerConflictResolver)?
 
+    /// Replicates `collection` entirely, with the default resolver (see the properties).
     public init(collection: Collection) {
         self.collection = collection
     }

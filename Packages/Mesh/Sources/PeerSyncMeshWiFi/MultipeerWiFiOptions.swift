@@ -1,7 +1,7 @@
 import PeerSyncCore
 
 /// Settings of the Wi-Fi/LAN side of a mesh (``WiFiMeshLinkTransport`` and the DNS-SD discovery
-/// that ``MultipeerReplicator/init(config:wifi:)`` pairs with it). The defaults suit a phone or
+/// that `MultipeerReplicator.init(config:wifi:)` pairs with it). The defaults suit a phone or
 /// laptop on one network: an ephemeral port on every address, every interface Avahi uses.
 public struct MultipeerWiFiOptions: Sendable, Hashable {
     /// The TCP port of the mesh's own TLS listener, announced through DNS-SD. 0 (default): a
@@ -11,7 +11,7 @@ public struct MultipeerWiFiOptions: Sendable, Hashable {
     /// its IPv4 address, links are dialled from it, and DNS-SD publishes and browses only on it.
     /// nil (default): every interface (the listener binds every address; DNS-SD uses every
     /// interface the Avahi daemon allows). An unknown interface makes ``WiFiMeshLinkTransport/start(_:)``
-    /// throw ``PeerSyncError/Code/invalidArgument``.
+    /// throw `PeerSyncError.Code.invalidArgument`.
     public var interface: String?
     /// A numeric address to bind the listener to instead of every address (ignored when
     /// ``interface`` is set). nil (default): every address.
@@ -27,13 +27,15 @@ public struct MultipeerWiFiOptions: Sendable, Hashable {
     /// timeout (30 s) rather than at the next write. Default 15 s; nil: never.
     public var heartbeatInterval: Duration? = .seconds(15)
 
+    /// Options with this port, interface and bind address; the other settings keep their defaults.
+    /// Not validated here: see ``validate()``.
     public init(port: UInt16 = 0, interface: String? = nil, bindAddress: String? = nil) {
         self.port = port
         self.interface = interface
         self.bindAddress = bindAddress
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for an empty or over-long interface name,
+    /// Throws `PeerSyncError.Code.invalidArgument` for an empty or over-long interface name,
     /// an empty bind address, a database name that is not one path segment, or a
     /// non-positive timeout.
     public func validate() throws(PeerSyncError) {

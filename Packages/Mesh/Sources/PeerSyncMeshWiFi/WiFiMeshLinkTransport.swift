@@ -9,8 +9,8 @@ import PeerSyncWebSocket
 /// multipeer replicator connects peers found by DNS-SD (`shared/reference/multipeer-protocol.md`
 /// §1, §3).
 ///
-/// - **Listening** (``start(_:)``): a ``WebSocketServer`` on ``MultipeerWiFiOptions/port``
-///   (default a free one) presenting ``MeshLinkContext/identity`` and **requiring** a client
+/// - **Listening** (``start(_:)``): a `WebSocketServer` on ``MultipeerWiFiOptions/port``
+///   (default a free one) presenting `MeshLinkContext.identity` and **requiring** a client
 ///   certificate. It upgrades any `/<name>/_blipsync` path with subprotocol
 ///   ``subprotocols``. A request on another path is answered 404 and closed; bytes that are not
 ///   TLS end the handshake and the connection. A link appears in ``incomingLinks()`` only after
@@ -19,12 +19,12 @@ import PeerSyncWebSocket
 ///   the peer's addresses in turn until one answers, presenting the identity as the client
 ///   certificate.
 /// - **Trust**: on both ends the TLS layer makes no host name, validity or CA chain check;
-///   ``MeshLinkContext/authenticate`` alone decides, given the peer's chain (leaf first), during
+///   `MeshLinkContext.authenticate` alone decides, given the peer's chain (leaf first), during
 ///   the handshake. A dial it rejects — or whose certificate the peer rejects — throws
-///   ``PeerSyncError/Code/certificateRejected`` (the TLS layer's reason kept in the context) and
+///   `PeerSyncError.Code.certificateRejected` (the TLS layer's reason kept in the context) and
 ///   no other address is tried: the same certificate would meet the same verdict.
 /// - **Stalls**: a dial's TLS handshake plus upgrade, and an accepted connection's TLS handshake
-///   plus request head, must finish within ``MeshLinkContext/handshakeTimeout``; a peer that
+///   plus request head, must finish within `MeshLinkContext.handshakeTimeout`; a peer that
 ///   stalls (connects and sends nothing, stops mid-handshake) is dropped then, and nothing else
 ///   waits on it (Couchbase Lite's CBL-8380/8515: a staller wedged its replicator). The TCP
 ///   connect of a dial has its own ``MultipeerWiFiOptions/connectTimeout`` per address.
@@ -61,7 +61,7 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
 
     private let state = LockedValue(State())
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for invalid options.
+    /// Throws `PeerSyncError.Code.invalidArgument` for invalid options.
     public init(options: MultipeerWiFiOptions = MultipeerWiFiOptions()) throws(PeerSyncError) {
         try options.validate()
         self.options = options
@@ -73,9 +73,9 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
     }
 
     /// Starts the TLS listener; returns its port (and the bind address, when one was set).
-    /// Throws ``PeerSyncError/Code/addressInUse`` for a taken port,
-    /// ``PeerSyncError/Code/hostNotFound`` for an unknown interface or bind address,
-    /// ``PeerSyncError/Code/invalidArgument`` if it is already started.
+    /// Throws `PeerSyncError.Code.addressInUse` for a taken port,
+    /// `PeerSyncError.Code.hostNotFound` for an unknown interface or bind address,
+    /// `PeerSyncError.Code.invalidArgument` if it is already started.
     public func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress {
         // Reserve the start, so that two concurrent starts cannot both bind.
         let (stream, continuation) = AsyncStream.makeStream(of: (any MessageConnection).self)
@@ -132,10 +132,10 @@ public final class WiFiMeshLinkTransport: MeshLinkTransport {
         state.withLock { $0.incoming } ?? AsyncStream { $0.finish() }
     }
 
-    /// Dials `peer` (see the type's contract). Throws ``PeerSyncError/Code/closed`` when not
-    /// started, ``PeerSyncError/Code/certificateRejected`` when either side refused the other's
-    /// certificate, else the error of the last address tried (``PeerSyncError/Code/connectionRefused``,
-    /// ``PeerSyncError/Code/timeout``, …).
+    /// Dials `peer` (see the type's contract). Throws `PeerSyncError.Code.closed` when not
+    /// started, `PeerSyncError.Code.certificateRejected` when either side refused the other's
+    /// certificate, else the error of the last address tried (`PeerSyncError.Code.connectionRefused`,
+    /// `PeerSyncError.Code.timeout`, …).
     public func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection {
         guard let context = state.withLock({ $0.running?.context }) else {
             throw PeerSyncError(.closed, "the Wi-Fi link transport is not started")

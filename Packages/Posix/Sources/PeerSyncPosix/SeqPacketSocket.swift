@@ -5,14 +5,14 @@ import Musl
 #endif
 import PeerSyncCore
 
-/// A connected `SOCK_SEQPACKET` socket on the ``Reactor``: reliable, ordered, and every
+/// A connected `SOCK_SEQPACKET` socket on the `Reactor`: reliable, ordered, and every
 /// ``send(_:)`` arrives as exactly one ``receive(maxBytes:)`` (message boundaries kept). A
 /// Bluetooth L2CAP channel is one (the BLE transport opens it); ``pair()`` makes two connected
 /// `AF_UNIX` ones, with the kernel's real seqpacket semantics, for tests and simulations.
 ///
 /// Threading: any method from any task; at most one task sending and one receiving at a
 /// time (a second concurrent waiter in one direction fails with `.internalError`).
-/// Errors: `PeerSyncError` from ``systemError(_:errno:)`` (`.connectionReset` when the peer
+/// Errors: `PeerSyncError` from `systemError(_:errno:)` (`.connectionReset` when the peer
 /// is gone), `.closed` once ``close()`` has run, `.invalidArgument` for a packet larger than
 /// the socket can carry in one message (`EMSGSIZE`).
 public final class SeqPacketSocket: Sendable {

@@ -6,12 +6,12 @@ import Musl
 import PeerSyncCore
 import PeerSyncTransport
 
-/// A connected TCP socket as a ``ByteStream``: non-blocking, driven by the process's
-/// ``Reactor`` (one thread for all descriptors), with `TCP_NODELAY` set.
+/// A connected TCP socket as a `ByteStream`: non-blocking, driven by the process's
+/// `Reactor` (one thread for all descriptors), with `TCP_NODELAY` set.
 ///
 /// Threading: every method may be called from any task. At most one `read` and one `write`
-/// may be outstanding at a time (the ``ByteStream`` contract); they may run concurrently.
-/// Errors are ``PeerSyncError``s: `.closed` after ``close()``, `.connectionReset` when the
+/// may be outstanding at a time (the `ByteStream` contract); they may run concurrently.
+/// Errors are `PeerSyncError`s: `.closed` after ``close()``, `.connectionReset` when the
 /// peer broke the connection, `.cancelled` when the waiting task is cancelled.
 public final class TCPStream: ByteStream {
     package let socket: AsyncDescriptor
@@ -131,6 +131,10 @@ public final class TCPStream: ByteStream {
         return TCPStream(socket: socket)
     }
 
+    /// The next bytes the kernel has (1 to `maxBytes`), suspending on the reactor (no thread) until
+    /// some arrive; nil once the peer shut down its side. Throws `.invalidArgument` for `maxBytes`
+    /// ≤ 0, `.closed` after ``close()``, and the socket's errors (`.connectionReset`, …). One read at
+    /// a time.
     public func read(maxBytes: Int) async throws -> [UInt8]? {
         guard maxBytes > 0 else { throw PeerSyncError(.invalidArgument, "read(maxBytes:) needs maxBytes > 0") }
         while true {
@@ -165,6 +169,9 @@ public final class TCPStream: ByteStream {
         try await socket.wait(.read)
     }
 
+    /// Hands all of `bytes` to the kernel, suspending on the reactor while its buffer is full.
+    /// Throws `.closed` after ``close()`` and the socket's errors (`.connectionReset`, …). One write
+    /// at a time.
     public func write(_ bytes: [UInt8]) async throws {
         try await write(bytes, cancellable: true)
     }
@@ -189,6 +196,7 @@ public final class TCPStream: ByteStream {
         }
     }
 
+    /// Closes the socket; pending reads and writes end with `.closed`. Idempotent.
     public func close() async {
         socket.close()
     }
@@ -219,6 +227,7 @@ public final class TCPListener: Sendable {
     let socket: AsyncDescriptor
     /// The bound host (numeric) and port; with port 0 requested, the port the system picked.
     public let host: String
+    /// The bound port (the system's pick when 0 was requested).
     public let port: Int
 
     /// Binds and listens.

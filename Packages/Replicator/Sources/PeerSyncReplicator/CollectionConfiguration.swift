@@ -29,6 +29,8 @@ public struct CollectionConfiguration: Sendable {
     /// peer as a `subChanges` filter; peer-to-peer listeners ignore it.
     public var channels: [String]?
 
+    /// Settings with these values; every default is nil (the default resolver, no filters, all
+    /// documents, no channels).
     public init(conflictResolver: (any ConflictResolver)? = nil, pushFilter: ReplicationFilter? = nil,
                 pullFilter: ReplicationFilter? = nil, documentIDs: [String]? = nil, channels: [String]? = nil) {
         self.conflictResolver = conflictResolver

@@ -4,20 +4,22 @@ import PeerSyncDatabase
 /// A conflict found while pulling: the local and the remote revision of one document are
 /// both leaves and neither descends from the other. A nil document means that side deleted it.
 public struct Conflict: Sendable {
+    /// The ID of the document in conflict.
     public let documentID: String
     /// The local revision, nil if it is a deletion.
     public let localDocument: Document?
     /// The remote (pulled) revision, nil if it is a deletion.
     public let remoteDocument: Document?
-    /// The local and remote revision IDs.
+    /// The local revision's ID.
     public let localRevisionID: RevisionID
+    /// The remote revision's ID.
     public let remoteRevisionID: RevisionID
 }
 
 /// Decides how a conflict is resolved (Couchbase Lite's `ConflictResolverProtocol`).
 ///
-/// `resolve` returns the document to keep: the local or the remote ``Document``, a merged
-/// ``MutableDocument`` (any ``DocumentProperties``), or nil to delete. It runs on a replicator task (never the main actor) and may
+/// `resolve` returns the document to keep: the local or the remote `Document`, a merged
+/// `MutableDocument` (any `DocumentProperties`), or nil to delete. It runs on a replicator task (never the main actor) and may
 /// be called concurrently for different documents. Throwing leaves the conflict unresolved
 /// and reports the error for that document.
 ///
@@ -32,6 +34,8 @@ public struct Conflict: Sendable {
 /// bodies) — the higher revision ID wins on both sides, without a new revision (Replicator
 /// README, "Conflicts").
 public protocol ConflictResolver: Sendable {
+    /// The document to keep for `conflict`: its local or remote document, a merge, or nil to
+    /// delete.
     func resolve(_ conflict: Conflict) async throws -> (any DocumentProperties)?
 }
 

@@ -2,7 +2,7 @@ import PeerSyncBLIP
 import PeerSyncCore
 
 extension PeerSyncError.Code {
-    /// The peer answered a replication request with an error (``PeerSyncError/blipError``
+    /// The peer answered a replication request with an error (`PeerSyncError.blipError`
     /// holds its domain and code), or a request handler refuses one of the peer's requests.
     public static let replicationFailed = Self(rawValue: "replicationFailed")
     /// The peer refused the credentials (HTTP 401) or the operation (HTTP 403): permanent.

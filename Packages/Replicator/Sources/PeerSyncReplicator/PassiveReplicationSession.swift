@@ -9,9 +9,11 @@ import PeerSyncDatabase
 /// conflicting ones answered 409), and answers `getAttachment` from the blob store.
 ///
 /// Usage: `await PassiveReplicationSession(connection: blip, database: db, collections: [c]).run()`
-/// where `blip` is a not-yet-started ``BLIPConnection`` (e.g. `BLIPConnection(connection:)`
+/// where `blip` is a not-yet-started `BLIPConnection` (e.g. `BLIPConnection(connection:)`
 /// over an accepted transport connection). `run()` starts it and returns when it closes.
 public struct PassiveReplicationSession: Sendable {
+    /// How a passive session treats its peer; the defaults are a listener's (read-write, no delta
+    /// sync, 60 s reply timeout).
     public struct Options: Sendable {
         /// Peers may pull but not push (pushes are answered `HTTP`/403).
         public var readOnly: Bool
@@ -27,6 +29,7 @@ public struct PassiveReplicationSession: Sendable {
         /// direction; keep it quick. Default nil.
         public var onDocumentReplication: (@Sendable (DocumentReplication) -> Void)? = nil
 
+        /// Options with these values and no document replication callback.
         public init(readOnly: Bool = false, enableDeltaSync: Bool = false, replyTimeout: Duration = .seconds(60)) {
             self.readOnly = readOnly
             self.enableDeltaSync = enableDeltaSync
@@ -38,7 +41,9 @@ public struct PassiveReplicationSession: Sendable {
 
     /// - Parameters:
     ///   - connection: a BLIP connection that has not been started.
+    ///   - database: the database whose collections are served.
     ///   - collections: the collections this side serves (all of `database`).
+    ///   - options: read-only mode, delta sync and the reply timeout; default ``Options/init(readOnly:enableDeltaSync:replyTimeout:)``'s defaults.
     public init(connection: BLIPConnection, database: Database, collections: [Collection], options: Options = Options()) {
         self.init(connection: connection, database: database,
                   collectionConfigurations: collections.map { ($0, CollectionConfiguration()) }, options: options)

@@ -6,7 +6,12 @@ import PeerSyncTransport
 
 /// Direction of a replicator (Couchbase Lite's `ReplicatorType`).
 public enum ReplicatorType: Sendable, Hashable {
-    case pushAndPull, push, pull
+    /// Send local changes to the peer and receive the peer's (the default).
+    case pushAndPull
+    /// Only send local changes to the peer.
+    case push
+    /// Only receive the peer's changes.
+    case pull
 }
 
 /// Opens the connection a replicator runs over, from the configuration it is given (its
@@ -133,14 +138,27 @@ public struct ReplicatorConfiguration: Sendable {
 
 /// Activity of a replicator (Couchbase Lite's `ReplicatorActivityLevel`).
 public enum ReplicatorActivityLevel: Sendable, Hashable {
-    case stopped, offline, connecting, idle, busy
+    /// Not running: never started, stopped, finished (one-shot) or failed (see
+    /// ``ReplicatorStatus/error``).
+    case stopped
+    /// Waiting to reconnect after a network error (continuous, or retries left).
+    case offline
+    /// Opening the connection to the peer and handshaking.
+    case connecting
+    /// Connected and caught up; a continuous replicator waits for new changes.
+    case idle
+    /// Transferring changes.
+    case busy
 }
 
 /// Progress: changes completed out of those known so far (not a percentage of the database).
 public struct ReplicatorProgress: Sendable, Hashable {
+    /// Changes handled so far.
     public var completed: Int
+    /// Changes known so far; grows as the peer and the local database report more.
     public var total: Int
 
+    /// A progress of `completed` out of `total`.
     public init(completed: Int, total: Int) {
         self.completed = completed
         self.total = total
@@ -150,7 +168,9 @@ public struct ReplicatorProgress: Sendable, Hashable {
 /// A snapshot of a replicator's state. Two statuses are equal when activity, progress,
 /// error and retry are.
 public struct ReplicatorStatus: Sendable, Hashable {
+    /// What the replicator is doing.
     public var activity: ReplicatorActivityLevel
+    /// How far it got with the changes it knows of.
     public var progress: ReplicatorProgress
     /// The last error (a stopped replicator keeps the one that stopped it).
     public var error: PeerSyncError?
@@ -180,6 +200,7 @@ public struct ReplicatorRetry: Sendable, Hashable {
     /// maxAttemptWaitTime)`; nil when it gave up (no attempt left).
     public var nextAttemptIn: Duration?
 
+    /// A retry with these values.
     public init(failedAttempt: Int, nextAttemptIn: Duration?) {
         self.failedAttempt = failedAttempt
         self.nextAttemptIn = nextAttemptIn

@@ -26,7 +26,7 @@ struct MessageConnectionChannel: BLIPFrameChannel {
 
 extension BLIPConnection {
     /// A BLIP connection over a transport connection: each binary message is one frame, text
-    /// messages are ignored. Call ``start()`` after registering handlers.
+    /// messages are ignored. Call `start()` after registering handlers.
     public init(connection: any MessageConnection, tuning: BLIPTuning = BLIPTuning()) throws {
         try self.init(channel: MessageConnectionChannel(connection: connection), tuning: tuning)
     }

@@ -26,6 +26,7 @@ public struct SQLiteStorageBackend: StorageBackend {
 
     public let name = "sqlite"
 
+    /// The SQLite backend. It holds no state; each store is its own `db.sqlite3`.
     public init() {}
 
     /// Opens (creating it if needed and allowed) the store in `directory`. Blocks: call from a

@@ -18,6 +18,8 @@ import PeerSyncCore
 ///   ``StorageOptions/busyTimeout`` bounds the wait for the write lock (then `.busy`).
 /// - Opening with `create: false` a directory that has no store throws `.notFound`.
 public struct MemoryStorageBackend: StorageBackend {
+    /// The in-memory backend. Stores live in the process, one per directory path, until
+    /// ``removeStore(in:)``.
     public init() {}
 
     public var name: String { "memory" }
@@ -82,6 +84,7 @@ final class SharedMemoryStore: Sendable {
 public final class MemoryStorage: Storage {
     public var backendName: String { "memory" }
     public let directory: String
+    /// The options the store was opened with (only ``StorageOptions/busyTimeout`` matters here).
     public let options: StorageOptions
     private let shared: SharedMemoryStore
     private let isClosed = LockedValue(false)
@@ -98,12 +101,16 @@ public final class MemoryStorage: Storage {
         }
     }
 
+    /// See ``Storage/read(_:)``: `body` sees the tree committed when it started. Throws `.closed`
+    /// after ``close()``.
     public func read<R>(_ body: (any StorageReader) throws -> R) throws -> R {
         try checkOpen()
         let snapshot = shared.committed.withLock { $0 }
         return try body(MemoryReader(data: snapshot))
     }
 
+    /// See ``Storage/write(_:)``: waits up to ``StorageOptions/busyTimeout`` for the write lock
+    /// (then `.busy`). Throws `.closed` after ``close()``.
     @discardableResult
     public func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
         try checkOpen()

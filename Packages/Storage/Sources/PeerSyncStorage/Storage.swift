@@ -19,6 +19,7 @@ public struct Record: Sendable, Hashable {
     public var key: String
     /// Assigned by the store on every put/delete: strictly increasing within a keyspace.
     public var sequence: UInt64
+    /// Flags the database sets; the store keeps them and reads only ``RecordFlags/deleted``.
     public var flags: RecordFlags
     /// Opaque version metadata (the database keeps the current revision ID here).
     public var version: [UInt8]
@@ -27,6 +28,8 @@ public struct Record: Sendable, Hashable {
     /// Opaque extra data (the database keeps the revision tree here).
     public var extra: [UInt8]
 
+    /// A record with these values; `sequence` is ignored by ``StorageWriter/put(_:in:)``, which
+    /// assigns the next one.
     public init(key: String, sequence: UInt64 = 0, flags: RecordFlags = [], version: [UInt8] = [],
                 body: [UInt8] = [], extra: [UInt8] = []) {
         self.key = key
@@ -40,11 +43,15 @@ public struct Record: Sendable, Hashable {
 
 /// A range of keys, compared by UTF-8 bytes. `nil` bounds are open.
 public struct KeyRange: Sendable, Hashable {
+    /// The first key included; nil: from the first key.
     public var lowerBound: String?
+    /// The end of the range (included only with ``includesUpperBound``); nil: to the last key.
     public var upperBound: String?
     /// Whether a record whose key equals `upperBound` is included.
     public var includesUpperBound: Bool
 
+    /// Keys from `lowerBound` to `upperBound` (excluded unless `includesUpperBound`); nil bounds
+    /// are open, so the defaults give every key.
     public init(from lowerBound: String? = nil, to upperBound: String? = nil, includesUpperBound: Bool = false) {
         self.lowerBound = lowerBound
         self.upperBound = upperBound
@@ -136,17 +143,23 @@ public protocol StorageWriter: StorageReader {
 ///
 /// `PeerSyncStorageTesting.StorageConformanceSuite` checks all of this for any backend.
 ///
-/// Errors: ``PeerSyncError`` with codes `.storage`, `.io`, `.busy` (a lock held past
+/// Errors: `PeerSyncError` with codes `.storage`, `.io`, `.busy` (a lock held past
 /// ``StorageOptions/busyTimeout``), `.corrupt`, `.tooLarge`, `.closed`.
 public protocol Storage: AnyObject, Sendable {
     /// The backend that opened this store, e.g. `"sqlite"`.
     var backendName: String { get }
     /// The directory the store lives in.
     var directory: String { get }
+    /// Runs `body` against a snapshot of the committed data and returns its result; rethrows its
+    /// error. Never waits for a writer; may run on several threads at once.
     func read<R>(_ body: (any StorageReader) throws -> R) throws -> R
+    /// Runs `body` in a write transaction, serialized against every other writer (also in other
+    /// processes), and commits when it returns (durably unless ``StorageOptions/durable`` is
+    /// false); when it throws, rolls everything back and rethrows. Throws `.busy` when the lock is
+    /// not had within ``StorageOptions/busyTimeout``.
     @discardableResult
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R
-    /// Closes the store. Later calls throw ``PeerSyncError/Code/closed``. Idempotent.
+    /// Closes the store. Later calls throw `PeerSyncError.Code.closed`. Idempotent.
     func close() throws
 }
 
@@ -161,6 +174,8 @@ public struct StorageOptions: Sendable, Hashable {
     /// Backend-specific size hint, e.g. LMDB's initial map size in bytes (0 = backend default).
     public var initialSize: Int
 
+    /// Options with these values (defaults: create, durable, 10 s busy timeout, the backend's own
+    /// initial size).
     public init(create: Bool = true, durable: Bool = true, busyTimeout: Duration = .seconds(10), initialSize: Int = 0) {
         self.create = create
         self.durable = durable

@@ -18,9 +18,9 @@ import PeerSyncCore
 /// - ``finish(throwing:discardingBuffered:)`` ends the queue. Buffered elements are still
 ///   received (unless discarded), then every ``receive()`` returns `nil` (finished without an
 ///   error) or throws the error, again on every later call. Suspended and later senders throw
-///   the error, or ``PeerSyncError/Code/connectionClosed`` after a clean finish.
+///   the error, or `PeerSyncError.Code.connectionClosed` after a clean finish.
 /// - Cancellation: a suspended ``send(_:)`` or ``receive()`` whose task is cancelled throws
-///   ``PeerSyncError/Code/cancelled``; a cancelled send did not enqueue its element and a
+///   `PeerSyncError.Code.cancelled`; a cancelled send did not enqueue its element and a
 ///   cancelled receive did not take one. Nothing else is affected.
 ///
 /// All methods are thread-safe; the state is guarded by one lock and continuations are
@@ -45,8 +45,8 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     // MARK: Sending
 
     /// Appends `element`, suspending while the queue is full. Throws the finish error (or
-    /// ``PeerSyncError/Code/connectionClosed``) if the queue is finished before the element is
-    /// admitted, and ``PeerSyncError/Code/cancelled`` if the task is cancelled while waiting;
+    /// `PeerSyncError.Code.connectionClosed`) if the queue is finished before the element is
+    /// admitted, and `PeerSyncError.Code.cancelled` if the task is cancelled while waiting;
     /// in both cases the element was not enqueued.
     public func send(_ element: Element) async throws {
         let size = Swift.max(0, cost(element))
@@ -115,7 +115,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
 
     /// Removes and returns the oldest element, suspending while the queue is empty. Returns
     /// `nil` once the queue finished cleanly and is drained; throws the finish error once it
-    /// finished with one and is drained; throws ``PeerSyncError/Code/cancelled`` if the task is
+    /// finished with one and is drained; throws `PeerSyncError.Code.cancelled` if the task is
     /// cancelled while waiting.
     public func receive() async throws -> Element? {
         let id = state.withLock { $0.makeID() }
@@ -168,7 +168,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// dispose of them (e.g. close pending connections).
     ///
     /// Only the first call decides how the queue ended; a later call can still discard what is
-    /// buffered. Suspended senders throw `error` (or ``PeerSyncError/Code/connectionClosed``).
+    /// buffered. Suspended senders throw `error` (or `PeerSyncError.Code.connectionClosed`).
     @discardableResult
     public func finish(throwing error: (any Error)? = nil, discardingBuffered: Bool = false) -> [Element] {
         let (senders, receivers, end, discarded) = state.withLock { s in

@@ -13,9 +13,12 @@ public protocol Authenticator: Sendable {}
 /// HTTP Basic authentication with a user name and password (sent in the WebSocket upgrade
 /// request's `Authorization` header; use it only over TLS).
 public struct BasicAuthenticator: Authenticator, Hashable {
+    /// The user name, sent as given.
     public let username: String
+    /// The password, sent as given (base64, not encrypted: use TLS).
     public let password: String
 
+    /// Credentials of `username` with `password`.
     public init(username: String, password: String) {
         self.username = username
         self.password = password

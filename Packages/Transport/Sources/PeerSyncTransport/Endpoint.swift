@@ -21,7 +21,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     /// The query without its `?`, or `nil` when there is none.
     public var query: String?
 
-    /// Creates an endpoint from its parts. Throws ``PeerSyncError/Code/invalidArgument`` if a
+    /// Creates an endpoint from its parts. Throws `PeerSyncError.Code.invalidArgument` if a
     /// part is malformed (empty host, port outside 0...65535, path not starting with `/`, ...).
     public init(scheme: String, host: String, port: Int? = nil, path: String = "", query: String? = nil) throws {
         guard Endpoint.isValidScheme(scheme) else {
@@ -46,7 +46,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         self.query = query
     }
 
-    /// Parses `scheme://host[:port][/path][?query]`. Throws ``PeerSyncError/Code/invalidArgument``
+    /// Parses `scheme://host[:port][/path][?query]`. Throws `PeerSyncError.Code.invalidArgument`
     /// with the offending URL in the context when it does not parse.
     public init(url: String) throws {
         func fail(_ why: String) -> PeerSyncError {

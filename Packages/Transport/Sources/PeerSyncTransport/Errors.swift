@@ -1,9 +1,9 @@
 import PeerSyncCore
 
 /// Error codes of the transport layer. Every transport reports failures as ``PeerSyncError``
-/// with one of these codes (or a Core code such as ``PeerSyncError/Code/tooLarge``,
-/// ``PeerSyncError/Code/invalidArgument``, ``PeerSyncError/Code/timeout`` or
-/// ``PeerSyncError/Code/cancelled``), so callers can react without knowing the transport.
+/// with one of these codes (or a Core code such as `PeerSyncError.Code.tooLarge`,
+/// `PeerSyncError.Code.invalidArgument`, `PeerSyncError.Code.timeout` or
+/// `PeerSyncError.Code.cancelled`), so callers can react without knowing the transport.
 extension PeerSyncError.Code {
     /// The connection was closed, by this side or by the peer, with a close handshake. Also the
     /// error of every `send` made after the close ("use after close").

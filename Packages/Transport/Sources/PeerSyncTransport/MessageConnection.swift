@@ -11,18 +11,18 @@ import PeerSyncCore
 /// stays bounded however fast a caller sends. Several tasks may send at once: every message
 /// arrives whole, never interleaved with another; messages sent one after the other by one task
 /// arrive in that order. A message larger than ``maxMessageSize`` throws
-/// ``PeerSyncError/Code/tooLarge`` and the connection stays usable. After the connection closed
-/// (either side, or the link broke) `send` throws ``PeerSyncError/Code/connectionClosed``
-/// (or ``PeerSyncError/Code/connectionReset`` if it broke). A send that is in progress when
+/// `PeerSyncError.Code.tooLarge` and the connection stays usable. After the connection closed
+/// (either side, or the link broke) `send` throws `PeerSyncError.Code.connectionClosed`
+/// (or `PeerSyncError.Code.connectionReset` if it broke). A send that is in progress when
 /// the connection closes either completes or throws; it never hangs. A send cancelled while
-/// suspended throws ``PeerSyncError/Code/cancelled``; the message is then either not sent or
+/// suspended throws `PeerSyncError.Code.cancelled`; the message is then either not sent or
 /// sent whole (never a fragment), and the connection stays usable.
 ///
 /// **Receiving.** ``receive()`` returns the next message, suspending until one arrives. It
 /// returns `nil` once the connection closed with a close handshake: after the peer's close
 /// (all messages the peer sent before closing are received first) or after this side called
 /// ``close(code:reason:)`` (messages not yet received are then discarded). It throws
-/// ``PeerSyncError/Code/connectionReset`` (or another ``PeerSyncError``) when the connection
+/// `PeerSyncError.Code.connectionReset` (or another `PeerSyncError`) when the connection
 /// broke without a close handshake — for example the peer vanished — after the messages that
 /// fully arrived before. Once it returned `nil` or threw, it does so again on every call.
 /// Several tasks may call it; each message goes to exactly one.
@@ -38,7 +38,7 @@ import PeerSyncCore
 ///
 /// **Metadata** (``remoteAddress``, ``peerCertificateChain``, ``kind``, ``maxMessageSize``) is
 /// fixed when the connection is made. Dropping the last reference to an open connection
-/// drops the link without a close handshake (the peer sees ``PeerSyncError/Code/connectionReset``).
+/// drops the link without a close handshake (the peer sees `PeerSyncError.Code.connectionReset`).
 public protocol MessageConnection: AnyObject, Sendable {
     /// Sends one message. See the type's contract for suspension, ordering and errors.
     func send(_ message: TransportMessage) async throws

@@ -17,6 +17,7 @@ public final class MessageConnectionTap: MessageConnection {
     private let onSend: @Sendable (TransportMessage) -> Void
     private let onReceive: @Sendable (TransportMessage) -> Void
 
+    /// Wraps `base`, calling `onSend` and `onReceive` (default: do nothing) as the type describes.
     public init(_ base: any MessageConnection,
                 onSend: @escaping @Sendable (TransportMessage) -> Void = { _ in },
                 onReceive: @escaping @Sendable (TransportMessage) -> Void = { _ in }) {

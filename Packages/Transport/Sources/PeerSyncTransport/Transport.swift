@@ -23,15 +23,17 @@ public struct NoTransportOptions: TransportOptions, Hashable {
 /// `T.ConnectOptions`, and code holding `any Transport` uses the defaults through
 /// ``connect(to:)`` / ``listen(on:)``.
 ///
-/// Contract: `connect` returns an open connection or throws a ``PeerSyncError``
-/// (``PeerSyncError/Code/connectionRefused``, ``PeerSyncError/Code/hostNotFound``,
-/// ``PeerSyncError/Code/timeout``, ``PeerSyncError/Code/invalidArgument`` for an endpoint
+/// Contract: `connect` returns an open connection or throws a `PeerSyncError`
+/// (`PeerSyncError.Code.connectionRefused`, `PeerSyncError.Code.hostNotFound`,
+/// `PeerSyncError.Code.timeout`, `PeerSyncError.Code.invalidArgument` for an endpoint
 /// whose scheme the transport does not handle, ...). It honours task cancellation.
-/// `listen` binds the endpoint (throws ``PeerSyncError/Code/addressInUse`` if taken) and
+/// `listen` binds the endpoint (throws `PeerSyncError.Code.addressInUse` if taken) and
 /// returns a listener whose ``TransportListener/endpoint`` is the address actually bound.
 /// Both are safe to call from any task, concurrently.
 public protocol Transport: Sendable {
+    /// The options of ``connect(to:options:)``; ``NoTransportOptions`` by default.
     associatedtype ConnectOptions: TransportOptions = NoTransportOptions
+    /// The options of ``listen(on:options:)``; ``NoTransportOptions`` by default.
     associatedtype ListenOptions: TransportOptions = NoTransportOptions
 
     /// The kind of the connections this transport makes.
@@ -58,7 +60,7 @@ extension Transport {
         try await listen(on: endpoint, options: ListenOptions())
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` unless this transport handles
+    /// Throws `PeerSyncError.Code.invalidArgument` unless this transport handles
     /// `endpoint`'s scheme. A helper for implementations.
     public func checkScheme(of endpoint: Endpoint) throws {
         guard schemes.contains(endpoint.scheme) else {
@@ -81,7 +83,7 @@ public protocol TransportListener: AnyObject, Sendable {
     var endpoint: Endpoint { get }
 
     /// The next incoming connection, or `nil` once the listener is closed. Throws
-    /// ``PeerSyncError/Code/cancelled`` if the task is cancelled while waiting.
+    /// `PeerSyncError.Code.cancelled` if the task is cancelled while waiting.
     func accept() async throws -> (any MessageConnection)?
 
     /// Stops listening. Idempotent.

@@ -2,7 +2,9 @@
 ///
 /// Transports deliver messages whole and in order; they never split or merge them.
 public enum TransportMessage: Sendable, Hashable {
+    /// A binary message.
     case binary([UInt8])
+    /// A text message (UTF-8 on the wire).
     case text(String)
 
     /// The payload size in bytes (UTF-8 bytes for text). This is the size that is compared with

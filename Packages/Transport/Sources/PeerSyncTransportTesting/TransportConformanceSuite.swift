@@ -15,6 +15,7 @@ public struct TransportPair: Sendable {
     /// once after every case, whether it passed or failed.
     public var cleanup: @Sendable () async -> Void
 
+    /// A pair of connected ends; `cleanup` defaults to nothing.
     public init(client: any MessageConnection, server: any MessageConnection,
                 dropServer: @escaping @Sendable () async -> Void,
                 cleanup: @escaping @Sendable () async -> Void = {}) {
@@ -25,8 +26,8 @@ public struct TransportPair: Sendable {
     }
 }
 
-/// The transport conformance suite: every ``Transport`` (loopback, WebSocket, BLE, a user's own)
-/// runs it to show it keeps the ``MessageConnection`` and ``TransportListener`` contracts.
+/// The transport conformance suite: every `Transport` (loopback, WebSocket, BLE, a user's own)
+/// runs it to show it keeps the `MessageConnection` and `TransportListener` contracts.
 ///
 /// It uses no test framework, so it runs under Swift Testing, XCTest or a plain executable:
 ///
@@ -39,7 +40,7 @@ public struct TransportPair: Sendable {
 /// ```
 ///
 /// Every case makes fresh pairs, and every wait has a timeout (``Configuration/timeout``), so a
-/// broken transport fails with a ``ConformanceFailure`` naming what did not happen; it never
+/// broken transport fails with a `ConformanceFailure` naming what did not happen; it never
 /// hangs the suite. Cases are independent and may run in parallel.
 public struct TransportConformanceSuite: Sendable {
     /// Sizes and limits of the suite.
@@ -47,7 +48,7 @@ public struct TransportConformanceSuite: Sendable {
         /// The longest any single wait may take before the case fails.
         public var timeout: Duration = .seconds(60)
         /// The largest message the `messageSizes` case sends; the transport's
-        /// ``MessageConnection/maxMessageSize`` must be at least this. Default 16 MiB.
+        /// `MessageConnection.maxMessageSize` must be at least this. Default 16 MiB.
         public var largestMessage: Int = 16 << 20
         /// Messages per direction in the `ordering` case.
         public var orderingCount: Int = 1000
@@ -65,6 +66,7 @@ public struct TransportConformanceSuite: Sendable {
         /// Connections the `listenerAcceptsMany` case opens at once.
         public var listenerConnections: Int = 8
 
+        /// The defaults listed with each property.
         public init() {}
     }
 
@@ -81,11 +83,12 @@ public struct TransportConformanceSuite: Sendable {
         "backpressure", "closeCodeAndReason", "useAfterClose", "simultaneousClose",
         "closeWhileSending", "peerVanishes", "peerVanishesWhileSending",
     ]
-    /// The cases that also need a ``Transport`` (``init(transport:listenOn:connectOptions:listenOptions:configuration:drop:)``).
+    /// The cases that also need a `Transport` (``init(transport:listenOn:connectOptions:listenOptions:configuration:drop:)``).
     public static let listenerCaseNames = ["listenerAcceptsMany", "listenerClose"]
     /// Every case.
     public static let caseNames = connectionCaseNames + listenerCaseNames
 
+    /// The counts, sizes and waits the cases use.
     public let configuration: Configuration
     let makePair: @Sendable () async throws -> TransportPair
     let harness: ListenerHarness?
@@ -141,7 +144,7 @@ public struct TransportConformanceSuite: Sendable {
         harness == nil ? Self.connectionCaseNames : Self.caseNames
     }
 
-    /// Runs one case. Throws a ``ConformanceFailure`` if the transport breaks the contract (or
+    /// Runs one case. Throws a `ConformanceFailure` if the transport breaks the contract (or
     /// an unknown name is given); returns normally if it passes.
     public func run(_ name: String) async throws {
         do {

@@ -50,6 +50,8 @@ public struct WebSocketRoute: Sendable {
     /// Called with each upgraded connection, in its own task. The handler owns it.
     public var onConnection: @Sendable (WebSocketConnection) async -> Void
 
+    /// A route for `path` (nil: every path) handing upgraded connections to `onConnection`;
+    /// defaults: no subprotocols, a subprotocol required when there are some, no authentication.
     public init(path: String?, subprotocols: [String] = [], requireSubprotocol: Bool = true,
                 authenticate: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> WebSocketAuthResult)? = nil,
                 onConnection: @escaping @Sendable (WebSocketConnection) async -> Void) {
@@ -123,6 +125,7 @@ public struct WebSocketServerConfiguration: Sendable {
     /// nil: never. Default 1 s.
     public var releaseFreedMemoryDelay: Duration? = .seconds(1)
 
+    /// The defaults listed with each property.
     public init() {}
 }
 
@@ -130,7 +133,7 @@ public struct WebSocketServerConfiguration: Sendable {
 /// requests on the same port (so a listener can serve `/<db>/_blipsync` and REST together).
 ///
 /// Each accepted TCP connection gets a task: optional TLS handshake, then requests are read
-/// with ``HTTPRequestParser`` (limits: ``WebSocketServerConfiguration/maxHeaderBytes``,
+/// with `HTTPRequestParser` (limits: ``WebSocketServerConfiguration/maxHeaderBytes``,
 /// `maxBodyBytes`, `handshakeTimeout`). An upgrade request (`Upgrade: websocket`) goes to
 /// the first matching route: validated (400/405/426), subprotocol chosen, authentication hook
 /// (401 challenge / reject), then `101` and the route's handler gets a
@@ -141,11 +144,15 @@ public struct WebSocketServerConfiguration: Sendable {
 /// (``WebSocketServerConfiguration/maxPartialMessageBytes``, default 64 MiB); the connection
 /// that would exceed it is closed with 1009. No thread is held per connection.
 public final class WebSocketServer: Sendable {
+    /// The settings it was started with.
     public let configuration: WebSocketServerConfiguration
+    /// The WebSocket routes, tried in order.
     public let routes: [WebSocketRoute]
+    /// Answers plain HTTP requests (called concurrently, one task per connection); nil: 404.
     public let httpHandler: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> HTTPResponse)?
     /// The bound address and port.
     public let host: String
+    /// The bound port (the system's pick when 0 was requested).
     public let port: Int
 
     /// The shared budget of unfinished incoming messages

@@ -51,15 +51,16 @@ public struct WebSocketListenOptions: TransportOptions {
     public var connection = WebSocketConfiguration()
     /// Limits of the opening handshake (slow or silent clients are dropped).
     public var handshakeTimeout: Duration = .seconds(10)
+    /// The largest upgrade request header accepted (431 beyond). Default 16 KiB.
     public var maxRequestHeaderBytes: Int = 16 * 1024
-    /// Upgraded connections waiting for ``TransportListener/accept()``; beyond it, clients are
+    /// Upgraded connections waiting for `TransportListener.accept()`; beyond it, clients are
     /// refused with 503. Default 128.
     public var backlog: Int = 128
 
     public init() {}
 }
 
-/// WebSocket client and listener as a ``Transport`` (`ws://`, `wss://`).
+/// WebSocket client and listener as a `Transport` (`ws://`, `wss://`).
 ///
 /// ``connect(to:options:)`` opens TCP (IPv4 or IPv6), runs TLS for `wss`, sends the HTTP/1.1
 /// upgrade (subprotocols, extra headers), answers one `401` Basic challenge with the
@@ -73,9 +74,12 @@ public struct WebSocketListenOptions: TransportOptions {
 /// on the endpoint's path (any path when it is empty or `/`). For several paths and plain
 /// HTTP on one port, use ``WebSocketServer``.
 public struct WebSocketTransport: Transport {
+    /// Subprotocols, headers, credentials, TLS and timeouts of an outgoing connection.
     public typealias ConnectOptions = WebSocketClientOptions
+    /// TLS, subprotocols, authentication, limits and backlog of a listener.
     public typealias ListenOptions = WebSocketListenOptions
 
+    /// The transport; it holds no state (each connection and listener is its own).
     public init() {}
 
     public var kind: TransportKind { .webSocket }
@@ -200,7 +204,7 @@ public struct WebSocketTransport: Transport {
     }
 }
 
-/// A ``TransportListener`` over a ``WebSocketServer`` with one route.
+/// A `TransportListener` over a ``WebSocketServer`` with one route.
 public final class WebSocketListener: TransportListener {
     public let endpoint: Endpoint
     /// The underlying server (for its port, or to stop it).

@@ -5,8 +5,11 @@ import PeerSyncCore
 
 /// One header line.
 public struct HTTPHeaderField: Sendable, Hashable {
+    /// The field name as sent; compare it case-insensitively.
     public var name: String
+    /// The field value, without surrounding whitespace.
     public var value: String
+    /// A field, taken as given (``HTTPHeaders/validate()`` checks it).
     public init(name: String, value: String) {
         self.name = name
         self.value = value
@@ -15,9 +18,12 @@ public struct HTTPHeaderField: Sendable, Hashable {
 
 /// An ordered list of header fields with case-insensitive lookup (RFC 9110 §5).
 public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral {
+    /// Every field in order, duplicates included.
     public private(set) var fields: [HTTPHeaderField] = []
 
+    /// No fields.
     public init() {}
+    /// These name–value fields, in this order.
     public init(_ fields: [(String, String)]) {
         self.fields = fields.map { HTTPHeaderField(name: $0.0, value: $0.1) }
     }
@@ -26,7 +32,9 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
     }
 
     public func makeIterator() -> IndexingIterator<[HTTPHeaderField]> { fields.makeIterator() }
+    /// The number of fields.
     public var count: Int { fields.count }
+    /// Whether there are no fields.
     public var isEmpty: Bool { fields.isEmpty }
 
     /// The first value of the header `name` (case-insensitive), or nil.
@@ -63,6 +71,7 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
         add(name, value)
     }
 
+    /// Removes every field named `name` (case-insensitive).
     public mutating func remove(_ name: String) {
         fields.removeAll { asciiCaseInsensitiveEquals($0.name, name) }
     }
@@ -85,26 +94,36 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
 
 /// `HTTP/<major>.<minor>`.
 public struct HTTPVersion: Sendable, Hashable, CustomStringConvertible {
+    /// The major version (1).
     public var major: Int
+    /// The minor version (0 or 1).
     public var minor: Int
+    /// `HTTP/major.minor`.
     public init(major: Int, minor: Int) {
         self.major = major
         self.minor = minor
     }
+    /// `HTTP/1.1`, what PeerSync sends.
     public static let http1_1 = HTTPVersion(major: 1, minor: 1)
+    /// `HTTP/1.0`.
     public static let http1_0 = HTTPVersion(major: 1, minor: 0)
     public var description: String { "HTTP/\(major).\(minor)" }
 }
 
 /// An HTTP/1.1 request.
 public struct HTTPRequest: Sendable, Hashable {
+    /// The method as sent, e.g. `GET` (methods are case-sensitive).
     public var method: String
     /// The request target as sent, e.g. `/db/_blipsync?x=1`.
     public var target: String
+    /// The protocol version of the request line.
     public var version: HTTPVersion
+    /// The header fields, in order.
     public var headers: HTTPHeaders
+    /// The body (decoded from chunked transfer encoding when it was sent so).
     public var body: [UInt8]
 
+    /// A request with these parts; defaults: `GET`, HTTP/1.1, no headers, no body.
     public init(method: String = "GET", target: String, version: HTTPVersion = .http1_1,
                 headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
         self.method = method
@@ -141,10 +160,15 @@ public struct HTTPRequest: Sendable, Hashable {
 
 /// An HTTP/1.1 response.
 public struct HTTPResponse: Sendable, Hashable {
+    /// The status code, e.g. 101 or 404.
     public var status: Int
+    /// The reason phrase of the status line (informational only).
     public var reason: String
+    /// The protocol version of the status line.
     public var version: HTTPVersion
+    /// The header fields, in order.
     public var headers: HTTPHeaders
+    /// The body.
     public var body: [UInt8]
 
     /// `reason` defaults to the standard phrase of `status`.
@@ -180,6 +204,8 @@ public struct HTTPResponse: Sendable, Hashable {
         return Array(text.utf8) + (statusForbidsBody ? [] : body)
     }
 
+    /// The standard reason phrase of `status` (RFC 9110), e.g. `Not Found`; a generic one for
+    /// unknown codes.
     public static func standardReason(_ status: Int) -> String {
         switch status {
         case 101: "Switching Protocols"

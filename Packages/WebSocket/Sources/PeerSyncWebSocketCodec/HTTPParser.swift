@@ -10,12 +10,14 @@ import PeerSyncCore
 /// status 413). Bodies are framed by `Content-Length` or `Transfer-Encoding: chunked`;
 /// a request with both is rejected (request smuggling), and so is one with any other
 /// transfer coding (`.httpNotImplemented`, status 501: the body would stay encoded) or with
-/// two `Authorization` headers (status 400). Errors are ``PeerSyncError``s and
-/// ``PeerSyncError/httpStatus`` gives the status to answer; after an error the parser stays
+/// two `Authorization` headers (status 400). Errors are `PeerSyncError`s and
+/// `PeerSyncError.httpStatus` gives the status to answer; after an error the parser stays
 /// failed. Not thread-safe.
 public struct HTTPRequestParser: Sendable {
     private var engine: HTTPMessageParser
 
+    /// A parser refusing a head over `maxHeaderBytes` (431; default 16 KiB) and a body over
+    /// `maxBodyBytes` (413; default 1 MiB).
     public init(maxHeaderBytes: Int = 16 * 1024, maxBodyBytes: Int = 1 << 20) {
         engine = HTTPMessageParser(isRequest: true, maxHeaderBytes: maxHeaderBytes, maxBodyBytes: maxBodyBytes)
     }
@@ -44,10 +46,12 @@ public struct HTTPRequestParser: Sendable {
 public struct HTTPResponseParser: Sendable {
     private var engine: HTTPMessageParser
 
+    /// A parser with these limits (defaults: 16 KiB of head, 1 MiB of body).
     public init(maxHeaderBytes: Int = 16 * 1024, maxBodyBytes: Int = 1 << 20) {
         engine = HTTPMessageParser(isRequest: false, maxHeaderBytes: maxHeaderBytes, maxBodyBytes: maxBodyBytes)
     }
 
+    /// Adds received bytes.
     public mutating func feed(_ bytes: [UInt8]) { engine.feed(bytes) }
 
     /// The next complete response, or nil if more bytes are needed.
@@ -65,6 +69,8 @@ public struct HTTPResponseParser: Sendable {
                             headers: head.headers, body: head.body)
     }
 
+    /// Bytes received after the last complete response (e.g. WebSocket frames right after a 101);
+    /// clears them from the parser.
     public mutating func takeRemainder() -> [UInt8] { engine.takeRemainder() }
 }
 

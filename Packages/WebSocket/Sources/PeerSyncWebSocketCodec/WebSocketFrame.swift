@@ -5,11 +5,17 @@ import PeerSyncCore
 
 /// A WebSocket frame opcode (RFC 6455 §5.2).
 public enum WebSocketOpcode: UInt8, Sendable, CaseIterable {
+    /// A further fragment of the message being sent.
     case continuation = 0x0
+    /// The first (or only) frame of a text message.
     case text = 0x1
+    /// The first (or only) frame of a binary message.
     case binary = 0x2
+    /// Starts or answers the close handshake.
     case close = 0x8
+    /// Asks the peer for a pong with the same payload.
     case ping = 0x9
+    /// Answers a ping (or, unsolicited, a one-way heartbeat).
     case pong = 0xA
 
     /// Close, ping and pong are control frames: at most 125 payload bytes, never fragmented.
@@ -19,7 +25,9 @@ public enum WebSocketOpcode: UInt8, Sendable, CaseIterable {
 /// Which end of a WebSocket connection a codec works for. A client masks what it sends and
 /// requires unmasked frames from the server; a server is the reverse (RFC 6455 §5.1).
 public enum WebSocketRole: Sendable, Hashable {
+    /// The end that sent the upgrade request: masks its frames.
     case client
+    /// The end that accepted the upgrade: never masks.
     case server
 }
 

@@ -14,20 +14,25 @@ import PeerSyncCore
 ///   `.tooLarge` as soon as its header is read (nothing is buffered for it);
 /// - text messages must be valid UTF-8 (`.invalidUTF8`).
 ///
-/// Errors are ``PeerSyncError``s; ``PeerSyncError/webSocketCloseCode`` gives the close code to
+/// Errors are `PeerSyncError`s; `PeerSyncError.webSocketCloseCode` gives the close code to
 /// send. After an error, and after a close frame, the decoder yields nothing more.
 /// Not thread-safe: one owner feeds it and pulls events.
 public struct WebSocketFrameDecoder: Sendable {
     /// What a complete frame or message means to the connection.
     public enum Event: Sendable, Equatable {
+        /// A complete text message (valid UTF-8).
         case text(String)
+        /// A complete binary message.
         case binary([UInt8])
+        /// A ping, with its payload (to echo in the pong).
         case ping([UInt8])
+        /// A pong, with its payload.
         case pong([UInt8])
         /// A close frame; `code` is nil when the frame had no payload (status 1005).
         case close(code: UInt16?, reason: String)
     }
 
+    /// The end this decoder reads for: decides which frames must be masked.
     public let role: WebSocketRole
     /// The largest frame or message payload accepted, in bytes.
     public let maxMessageSize: Int
@@ -58,6 +63,7 @@ public struct WebSocketFrameDecoder: Sendable {
     private var pendingHead = 0
     private var pendingError: PeerSyncError?
 
+    /// A decoder for `role` accepting payloads up to `maxMessageSize` bytes (negative means 0).
     public init(role: WebSocketRole, maxMessageSize: Int) {
         self.role = role
         self.maxMessageSize = max(0, maxMessageSize)
@@ -68,7 +74,7 @@ public struct WebSocketFrameDecoder: Sendable {
 
     /// Bytes held for input not yet returned as an event: the payload read so far of an
     /// unfinished data message (all its fragments) or control frame, and a partial header.
-    /// 0 between messages. Connections report it to a ``PartialMessageBudget``.
+    /// 0 between messages. Connections report it to a `PartialMessageBudget`.
     public var partialMessageByteCount: Int { message.count + frameControl.count + headerBytes.count }
 
     /// Stops decoding: drops any partial frame and message (freeing their buffers) and yields

@@ -27,9 +27,13 @@ public enum WebSocketHandshake {
     /// Why an upgrade request is refused: the HTTP status, a message and extra headers
     /// (426 carries `Sec-WebSocket-Version: 13`).
     public struct Rejection: Error, Sendable, Equatable {
+        /// The HTTP status to answer with (400, 403, 426, …).
         public var status: Int
+        /// Why, as plain text for the response body.
         public var message: String
+        /// Extra headers of the response.
         public var headers: HTTPHeaders
+        /// A rejection with these parts (default: no extra headers).
         public init(status: Int, message: String, headers: HTTPHeaders = HTTPHeaders()) {
             self.status = status
             self.message = message
@@ -45,6 +49,7 @@ public enum WebSocketHandshake {
 
     /// A valid upgrade request's facts.
     public struct UpgradeRequest: Sendable, Equatable {
+        /// The client's `Sec-WebSocket-Key` (validated: 16 bytes in base64).
         public var key: String
         /// The client's `Sec-WebSocket-Protocol` list, in its order of preference.
         public var subprotocols: [String]

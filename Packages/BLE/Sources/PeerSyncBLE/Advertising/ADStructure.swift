@@ -36,6 +36,7 @@ public struct ADStructure: Sendable, Hashable, CustomStringConvertible {
     /// The data (at most 254 bytes: the length byte counts the type too).
     public var data: [UInt8]
 
+    /// An AD structure of `type` carrying `data`, taken as given: encoding checks the sizes.
     public init(type: UInt8, data: [UInt8]) {
         self.type = type
         self.data = data
@@ -48,7 +49,7 @@ public struct ADStructure: Sendable, Hashable, CustomStringConvertible {
         "AD(0x\(String(type, radix: 16)), \(data.count) bytes)"
     }
 
-    /// Encodes `structures` back to back. Throws ``PeerSyncError/Code/tooLarge`` when they
+    /// Encodes `structures` back to back. Throws `PeerSyncError.Code.tooLarge` when they
     /// take more than `limit` bytes (default ``maxPayloadSize``) or one structure's data is
     /// over 254 bytes; the message names the sizes.
     public static func encode(_ structures: [ADStructure], limit: Int = maxPayloadSize) throws(PeerSyncError) -> [UInt8] {
@@ -72,7 +73,7 @@ public struct ADStructure: Sendable, Hashable, CustomStringConvertible {
     /// Decodes advertising or scan response data. A length byte of 0 ends the significant
     /// part (the rest is padding and must be zeros, as controllers pad); any structure whose
     /// length runs past the end, or non-zero bytes after the end marker, is malformed:
-    /// ``PeerSyncError/Code/protocolError`` with the offset in the context. Never traps.
+    /// `PeerSyncError.Code.protocolError` with the offset in the context. Never traps.
     public static func decode(_ bytes: some Collection<UInt8>) throws(PeerSyncError) -> [ADStructure] {
         let bytes = Array(bytes)
         var structures: [ADStructure] = []

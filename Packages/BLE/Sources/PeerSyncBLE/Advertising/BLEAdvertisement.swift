@@ -13,7 +13,7 @@ import PeerSyncDiscovery
 ///
 /// Reading (``init(advertisingData:scanResponse:)``) accepts the structures in any order and in
 /// either payload, keeps unknown AD types in ``otherStructures``, and throws
-/// ``PeerSyncError/Code/protocolError`` for malformed lengths (see ``ADStructure/decode(_:)``)
+/// `PeerSyncError.Code.protocolError` for malformed lengths (see ``ADStructure/decode(_:)``)
 /// or a UUID list whose size is not a multiple of 16. It never traps, whatever the bytes.
 public struct BLEAdvertisement: Sendable, Hashable {
     /// The Flags byte, nil when absent.
@@ -58,7 +58,7 @@ public struct BLEAdvertisement: Sendable, Hashable {
 
     /// The advertising data and scan response data. The flags, the UUID list and
     /// ``otherStructures`` go in the advertising data, the name in the scan response (shortened
-    /// when over ``maxLocalNameBytes``). Throws ``PeerSyncError/Code/tooLarge`` when the
+    /// when over ``maxLocalNameBytes``). Throws `PeerSyncError.Code.tooLarge` when the
     /// advertising data does not fit in 31 bytes (e.g. two 128-bit UUIDs), naming the sizes.
     public func encoded() throws(PeerSyncError) -> (advertisingData: [UInt8], scanResponse: [UInt8]) {
         var structures: [ADStructure] = []
@@ -83,7 +83,7 @@ public struct BLEAdvertisement: Sendable, Hashable {
     }
 
     /// Reads an advertisement from its advertising data and (optional) scan response data.
-    /// Throws ``PeerSyncError/Code/protocolError`` for malformed data (the context says which
+    /// Throws `PeerSyncError.Code.protocolError` for malformed data (the context says which
     /// payload).
     public init(advertisingData: some Collection<UInt8>, scanResponse: some Collection<UInt8> = [UInt8]()) throws(PeerSyncError) {
         var structures: [ADStructure]

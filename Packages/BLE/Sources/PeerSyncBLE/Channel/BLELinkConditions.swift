@@ -26,6 +26,8 @@ public struct BLELinkConditions: Sendable, Hashable {
     /// Seeds the random loss. Default 0.
     public var seed: UInt64
 
+    /// Conditions with every setting given; the defaults are ``bluetoothLE``'s (see the
+    /// properties).
     public init(mtu: Int = 247, bitsPerSecond: Int = 1_200_000, latency: Duration = .milliseconds(30),
                 inFlightBytes: Int = 16 * 1024, lossAfterBytes: Int? = nil, lossProbability: Double = 0,
                 seed: UInt64 = 0) {
@@ -46,7 +48,7 @@ public struct BLELinkConditions: Sendable, Hashable {
         .nanoseconds(Int64((Double(bytes) * 8 / Double(bitsPerSecond) * 1e9).rounded()))
     }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for a value out of range.
+    /// Throws `PeerSyncError.Code.invalidArgument` for a value out of range.
     public func validate() throws(PeerSyncError) {
         func fail(_ what: String) -> PeerSyncError { PeerSyncError(.invalidArgument, "invalid BLE link conditions: \(what)") }
         if mtu < 1 { throw fail("mtu must be at least 1 byte") }

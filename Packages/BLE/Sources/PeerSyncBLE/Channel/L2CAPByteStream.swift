@@ -1,7 +1,7 @@
 import PeerSyncCore
 import PeerSyncPosix
 
-/// A ``ByteStream`` over a Bluetooth LE L2CAP connection-oriented channel: a connected
+/// A `ByteStream` over a Bluetooth LE L2CAP connection-oriented channel: a connected
 /// `SOCK_SEQPACKET` socket whose every packet is one L2CAP SDU of at most the channel's MTU.
 /// TLS (`TLSStream.handshake(over:)`) and WebSocket framing run over it as over TCP.
 ///
@@ -11,15 +11,15 @@ import PeerSyncPosix
 /// - **Reading** returns the bytes of the next packet (up to `maxBytes`; the rest of a longer
 ///   packet is kept for the next read): packet boundaries carry no meaning in a byte stream.
 ///   A packet longer than ``receiveMTU`` breaks the peer's side of the contract: the read
-///   throws ``PeerSyncError/Code/protocolError`` (a real L2CAP socket never delivers one).
+///   throws `PeerSyncError.Code.protocolError` (a real L2CAP socket never delivers one).
 /// - **Ending**: ``shutdownOutput()`` shuts down the sending side (`shutdown(SHUT_WR)`: on an
 ///   `AF_UNIX` pair the peer reads the end of the stream and may still send; a BlueZ L2CAP
 ///   socket disconnects the whole channel, L2CAP has no half-close); ``close()`` closes the
-///   socket, and pending reads and writes end with ``PeerSyncError/Code/closed``. The peer's
+///   socket, and pending reads and writes end with `PeerSyncError.Code.closed`. The peer's
 ///   close or shutdown reads as the end of the stream (`nil`).
 ///
-/// Threading: the ``ByteStream`` contract — any task; at most one `read` and one `write` at a
-/// time, which may run concurrently. Errors: those of ``SeqPacketSocket`` (`.connectionReset`
+/// Threading: the `ByteStream` contract — any task; at most one `read` and one `write` at a
+/// time, which may run concurrently. Errors: those of `SeqPacketSocket` (`.connectionReset`
 /// when the link broke, `.closed`, `.cancelled`). A write cancelled or failing halfway leaves
 /// the stream cut: close it.
 public final class L2CAPByteStream: ByteStream {
@@ -46,7 +46,7 @@ public final class L2CAPByteStream: ByteStream {
     private let pending = LockedValue<ArraySlice<UInt8>>([])
 
     /// Takes ownership of `socket`, a connected channel. Throws
-    /// ``PeerSyncError/Code/invalidArgument`` when `fragmentSize` or `receiveMTU` is below 1.
+    /// `PeerSyncError.Code.invalidArgument` when `fragmentSize` or `receiveMTU` is below 1.
     public init(socket: SeqPacketSocket, fragmentSize: Int, receiveMTU: Int,
                 remoteAddress: String? = nil) throws(PeerSyncError) {
         guard fragmentSize >= 1, receiveMTU >= 1 else {
@@ -67,6 +67,10 @@ public final class L2CAPByteStream: ByteStream {
                       remoteAddress: channel.remoteAddress)
     }
 
+    /// The next bytes: the rest of a packet a previous read left, else the next packet (up to
+    /// `maxBytes`; the remainder is kept for the next read); nil once the peer closed the channel.
+    /// Throws `.invalidArgument` for `maxBytes` ≤ 0, `.protocolError` for a packet over the
+    /// receive MTU, and the socket's errors. One read at a time.
     public func read(maxBytes: Int) async throws -> [UInt8]? {
         guard maxBytes > 0 else { throw PeerSyncError(.invalidArgument, "read(maxBytes:) needs maxBytes > 0") }
         if let rest = takePending(maxBytes) { return rest }
@@ -91,6 +95,9 @@ public final class L2CAPByteStream: ByteStream {
         }
     }
 
+    /// Sends `bytes` as packets of at most the fragment size, in order, suspending while the
+    /// channel has no credits; throws the socket's errors (a closed or broken channel). One write
+    /// at a time.
     public func write(_ bytes: [UInt8]) async throws {
         var offset = 0
         while offset < bytes.count {
@@ -104,6 +111,7 @@ public final class L2CAPByteStream: ByteStream {
         socket.shutdownOutput()
     }
 
+    /// Closes the channel's socket; pending reads and writes end. Idempotent.
     public func close() async {
         socket.close()
     }

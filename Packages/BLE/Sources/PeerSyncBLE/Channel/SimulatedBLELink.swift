@@ -5,7 +5,7 @@ import PeerSyncTransport
 /// A simulated Bluetooth LE link between two L2CAP channel ends, made of real kernel sockets:
 /// `central ⇄ shaper ⇄ peripheral`, two connected `AF_UNIX` `SOCK_SEQPACKET` pairs whose
 /// inner ends a relay (on the same reactor as everything else) joins, shaped to
-/// ``BLELinkConditions``. The ends are plain ``SeqPacketSocket``s with the kernel's seqpacket
+/// ``BLELinkConditions``. The ends are plain `SeqPacketSocket`s with the kernel's seqpacket
 /// semantics (message boundaries, full buffers, shutdown, resets): whatever runs over them
 /// would run over a BlueZ L2CAP socket unchanged.
 ///
@@ -37,9 +37,11 @@ public final class SimulatedBLELink: Sendable {
     public struct Statistics: Sendable, Hashable {
         /// Packets and payload bytes accepted from the central end, toward the peripheral.
         public var packetsToPeripheral = 0
+        /// Payload bytes accepted from the central end, toward the peripheral.
         public var bytesToPeripheral = 0
         /// Packets and payload bytes accepted from the peripheral end, toward the central.
         public var packetsToCentral = 0
+        /// Payload bytes accepted from the peripheral end, toward the central.
         public var bytesToCentral = 0
         /// Packets over the MTU (each breaks the link).
         public var oversizedPackets = 0
@@ -86,8 +88,8 @@ public final class SimulatedBLELink: Sendable {
     }
 
     /// Opens a link and returns it with its two ends (owned by the caller, who closes them).
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for invalid conditions, or the socket
-    /// errors of ``SeqPacketSocket/pair()``.
+    /// Throws `PeerSyncError.Code.invalidArgument` for invalid conditions, or the socket
+    /// errors of `SeqPacketSocket.pair()`.
     public static func open(conditions: BLELinkConditions = .bluetoothLE) throws(PeerSyncError)
         -> (link: SimulatedBLELink, central: SeqPacketSocket, peripheral: SeqPacketSocket) {
         try conditions.validate()

@@ -17,9 +17,10 @@ public struct BLEDiscoveryConfiguration: Sendable, Hashable {
     /// Default 1 s.
     public var reconnectInterval: Duration = .seconds(1)
 
+    /// The defaults listed with each property.
     public init() {}
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for a non-positive duration or an MTU
+    /// Throws `PeerSyncError.Code.invalidArgument` for a non-positive duration or an MTU
     /// outside 23...517.
     public func validate() throws(PeerSyncError) {
         for (name, value) in [("advertisementTimeout", advertisementTimeout), ("nameProbeDuration", nameProbeDuration),

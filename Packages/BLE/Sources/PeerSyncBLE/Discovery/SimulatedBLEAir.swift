@@ -3,7 +3,7 @@ import PeerSyncPosix
 
 /// The shared "air" of simulated Bluetooth LE radios in one process: advertisements of one
 /// radio reach the scanners of the others, and an ATT connection to an advertiser is a real
-/// `AF_UNIX` `SOCK_SEQPACKET` pair (``SeqPacketSocket/pair()``) whose far end the
+/// `AF_UNIX` `SOCK_SEQPACKET` pair (`SeqPacketSocket.pair()`) whose far end the
 /// advertiser's ``GATTServer`` serves — the same code that runs over L2CAP CID 4 on a radio.
 ///
 /// Faithful in what discovery depends on: advertising data goes through its 31-byte encoding
@@ -66,7 +66,7 @@ public final class SimulatedBLEAir: Sendable {
     }
 
     /// Switches every radio off (as an adapter being powered down or unplugged): radios report
-    /// unavailable (``PeerSyncError/Code/discoveryUnavailable``, `reason`), advertisements stop
+    /// unavailable (`PeerSyncError.Code.discoveryUnavailable`, `reason`), advertisements stop
     /// reaching scanners, new advertisements and connections fail, and every ATT link drops.
     /// Advertising sets are kept and resume with ``powerOn()``.
     public func powerOff(reason: String = "the simulated Bluetooth adapter was switched off") {

@@ -2,7 +2,7 @@ import PeerSyncCore
 import PeerSyncPosix
 
 /// The GATT client side of PeerSync discovery: over one ATT bearer (on a radio the LE ATT
-/// fixed channel, L2CAP CID 4; in tests one end of ``SeqPacketSocket/pair()``) it exchanges
+/// fixed channel, L2CAP CID 4; in tests one end of `SeqPacketSocket.pair()`) it exchanges
 /// the MTU, finds the peer group's primary service, its PSM and metadata characteristics and
 /// the metadata's CCCD (``connect(over:serviceUUID:preferredMTU:transactionTimeout:)``), then
 /// reads them and subscribes to metadata changes.
@@ -10,9 +10,9 @@ import PeerSyncPosix
 /// ATT allows one request at a time: calls are queued and made in order. Each waits at most
 /// the transaction timeout (ATT's is 30 s); after a timeout, a malformed or unexpected PDU, or
 /// the server closing the bearer, the client closes and every call — pending and later —
-/// throws: ``PeerSyncError/Code/timeout``, ``PeerSyncError/Code/protocolError``, or
-/// ``PeerSyncError/Code/connectionClosed``; an ATT Error Response fails just that call with
-/// ``PeerSyncError/Code/protocolError`` (context `attError`).
+/// throws: `PeerSyncError.Code.timeout`, `PeerSyncError.Code.protocolError`, or
+/// `PeerSyncError.Code.connectionClosed`; an ATT Error Response fails just that call with
+/// `PeerSyncError.Code.protocolError` (context `attError`).
 ///
 /// Threading: every method from any task.
 public final class GATTClient: Sendable {
@@ -53,7 +53,7 @@ public final class GATTClient: Sendable {
 
     /// Connects a client over `socket` (which it then owns and closes): exchanges the MTU
     /// (proposing `preferredMTU`, 23...517), finds the service `serviceUUID` and its
-    /// characteristics. Throws ``PeerSyncError/Code/notFound`` when the server has no such
+    /// characteristics. Throws `PeerSyncError.Code.notFound` when the server has no such
     /// service or it lacks a characteristic, else as the type says; the socket is closed on
     /// failure.
     public static func connect(over socket: SeqPacketSocket, serviceUUID: BLEUUID, preferredMTU: Int = 247,
@@ -81,7 +81,7 @@ public final class GATTClient: Sendable {
     public var mtu: Int { state.withLock { $0.mtu } }
 
     /// Reads the PSM characteristic (16-bit little-endian). Throws
-    /// ``PeerSyncError/Code/protocolError`` if its value is not 2 bytes.
+    /// `PeerSyncError.Code.protocolError` if its value is not 2 bytes.
     public func readPSM() async throws -> UInt16 {
         let value = try await readLongValue(handles.psmValue)
         guard value.count == 2 else {
@@ -100,7 +100,7 @@ public final class GATTClient: Sendable {
     /// values: each notification's value, or — when a notification fills the MTU, so the value
     /// may be cut — the value read in full. Only the latest value is buffered. The stream ends
     /// without error after ``close()``, and throws when the connection ends any other way (the
-    /// server closed it: ``PeerSyncError/Code/connectionClosed``). Call it once per client.
+    /// server closed it: `PeerSyncError.Code.connectionClosed`). Call it once per client.
     public func metadataUpdates() async throws -> AsyncThrowingStream<[UInt8], any Error> {
         let (raw, sink) = AsyncStream<[UInt8]>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let failure = state.withLock { state -> PeerSyncError? in
@@ -139,7 +139,7 @@ public final class GATTClient: Sendable {
         return updates
     }
 
-    /// Closes the bearer; pending and later calls throw ``PeerSyncError/Code/closed``, the
+    /// Closes the bearer; pending and later calls throw `PeerSyncError.Code.closed`, the
     /// metadata stream ends. Idempotent.
     public func close() {
         fail(PeerSyncError(.closed, "the GATT client was closed"))

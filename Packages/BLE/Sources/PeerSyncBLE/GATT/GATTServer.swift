@@ -4,7 +4,7 @@ import PeerSyncPosix
 /// The GATT server of a PeerSync peer: one primary service (the peer group's UUID) with the
 /// PSM characteristic (read) and the metadata characteristic (read + notify), served over ATT
 /// bearers — on a radio the LE ATT fixed channel (L2CAP CID 4), in tests and simulations one
-/// end of ``SeqPacketSocket/pair()``. The attribute table is ``PeerServiceAttributes``.
+/// end of `SeqPacketSocket.pair()`. The attribute table is `PeerServiceAttributes`.
 ///
 /// One server serves any number of clients (``serve(_:)`` once per connection); each client
 /// has its own MTU and its own notification setting (its CCCD write).
@@ -47,9 +47,9 @@ public final class GATTServer: Sendable {
     private let state: LockedValue<State>
 
     /// A server for the group whose service UUID is `serviceUUID`, announcing `psm` and
-    /// `metadata` (the TXT record's wire form). Throws ``PeerSyncError/Code/tooLarge`` when
+    /// `metadata` (the TXT record's wire form). Throws `PeerSyncError.Code.tooLarge` when
     /// `metadata` is over 512 bytes (ATT's limit on an attribute value) and
-    /// ``PeerSyncError/Code/invalidArgument`` for `maxMTU` outside 23...517.
+    /// `PeerSyncError.Code.invalidArgument` for `maxMTU` outside 23...517.
     public init(serviceUUID: BLEUUID, psm: UInt16, metadata: [UInt8], maxMTU: Int = 247) throws(PeerSyncError) {
         guard (ATTPDU.defaultMTU...517).contains(maxMTU) else {
             throw PeerSyncError(.invalidArgument, "an ATT MTU must be in 23...517, got \(maxMTU)")
@@ -73,7 +73,7 @@ public final class GATTServer: Sendable {
     /// Each notification carries the value current when it is sent, so after concurrent
     /// updates the last notification a client gets holds the last value. Returns once the
     /// notifications were handed to the sockets; a client whose socket fails is left to its
-    /// ``serve(_:)`` to end. Throws ``PeerSyncError/Code/tooLarge`` over 512 bytes.
+    /// ``serve(_:)`` to end. Throws `PeerSyncError.Code.tooLarge` over 512 bytes.
     public func updateMetadata(_ metadata: [UInt8]) async throws(PeerSyncError) {
         try Self.checkSize(metadata)
         let subscribed = state.withLock { state -> [Connection] in

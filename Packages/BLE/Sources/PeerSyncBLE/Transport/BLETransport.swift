@@ -36,7 +36,7 @@ public struct BLEListenOptions: TransportOptions {
     public var subprotocol: String? = BLETransport.defaultSubprotocol
     /// Time an accepted channel has to finish the TLS handshake before it is dropped. Default 10 s.
     public var handshakeTimeout: Duration = .seconds(10)
-    /// Connections waiting for ``TransportListener/accept()``; beyond, new channels are
+    /// Connections waiting for `TransportListener.accept()`; beyond, new channels are
     /// closed. Default 128.
     public var backlog = 128
     /// Packet size of writes; nil (default): as ``BLEConnectOptions/fragmentSize``.
@@ -66,7 +66,9 @@ public struct BLEListenOptions: TransportOptions {
 /// `.invalidArgument` for an endpoint that is not `l2cap://host:psm`, and TLS errors from
 /// PeerSyncAuth (`.untrustedCertificate`, `.tlsHandshakeFailed`, `.timeout`, ...).
 public struct BLETransport: Transport {
+    /// TLS, subprotocol, fragment size and timeouts of an outgoing connection.
     public typealias ConnectOptions = BLEConnectOptions
+    /// TLS, subprotocol, handshake timeout and backlog of a listener.
     public typealias ListenOptions = BLEListenOptions
 
     /// The subprotocol of Couchbase Lite 3.x peers (rev-tree replication).
@@ -75,6 +77,8 @@ public struct BLETransport: Transport {
     /// Where channels come from.
     public let connector: any L2CAPConnector
 
+    /// A transport whose channels come from `connector` (the BlueZ one, or a simulated
+    /// network's).
     public init(connector: any L2CAPConnector) {
         self.connector = connector
     }

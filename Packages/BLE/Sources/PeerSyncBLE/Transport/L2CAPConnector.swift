@@ -14,6 +14,7 @@ public struct L2CAPChannel: Sendable {
     /// The PSM of the channel (the listener's).
     public let psm: UInt16
 
+    /// A channel over a connected `socket`, which it now owns; the values are taken as given.
     public init(socket: SeqPacketSocket, sendMTU: Int, receiveMTU: Int, remoteAddress: String, psm: UInt16) {
         self.socket = socket
         self.sendMTU = sendMTU
@@ -29,7 +30,7 @@ public struct L2CAPChannel: Sendable {
 /// over real `AF_BLUETOOTH` sockets.
 ///
 /// Contract: ``connect(to:psm:timeout:)`` returns a connected channel or throws a
-/// ``PeerSyncError`` — `.connectionRefused` when nothing listens on that PSM, `.timeout`,
+/// `PeerSyncError` — `.connectionRefused` when nothing listens on that PSM, `.timeout`,
 /// `.invalidArgument` for a malformed address or PSM; ``listen(psm:)`` binds `psm` (nil: a free
 /// dynamic LE PSM, 0x0080–0x00FF) or throws `.addressInUse`. Every method may be called from
 /// any task, concurrently.

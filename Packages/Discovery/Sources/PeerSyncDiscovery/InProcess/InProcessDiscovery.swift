@@ -31,6 +31,8 @@ public final class InProcessDiscovery: Discovery {
     private let instance: Int
     private let broadcast: DiscoveryStatusBroadcast
 
+    /// An instance on `registry` acting as host `hostName`, announcing `addresses` (default
+    /// `[hostName]`) for publications that give none.
     public init(registry: InProcessDiscoveryRegistry, hostName: String, addresses: [String]? = nil) {
         self.registry = registry
         self.hostName = hostName

@@ -56,7 +56,7 @@ public final class InProcessDiscoveryRegistry: Sendable {
     // stream feed; feeds are flushed (and status streams told) only after it is released.
     private let state: LockedValue<State>
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` if `conditions` are invalid.
+    /// Throws `PeerSyncError.Code.invalidArgument` if `conditions` are invalid.
     public init(conditions: SimulatedDiscoveryConditions = .perfect) throws(PeerSyncError) {
         try conditions.validate()
         self.conditions = conditions
@@ -82,7 +82,7 @@ public final class InProcessDiscoveryRegistry: Sendable {
     }
 
     /// Simulates the service going away (as `avahi-daemon` stopping): every instance reports
-    /// ``DiscoveryStatus/unavailable(_:)`` with a ``PeerSyncError/Code/discoveryUnavailable``
+    /// ``DiscoveryStatus/unavailable(_:)`` with a `PeerSyncError.Code.discoveryUnavailable`
     /// error, and browsers see no change until ``endOutage()``. Publishing and browsing keep
     /// working (they take effect afterwards).
     public func beginOutage(reason: String = "simulated outage of the in-process discovery registry") {

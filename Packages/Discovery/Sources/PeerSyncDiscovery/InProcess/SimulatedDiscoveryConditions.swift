@@ -22,6 +22,8 @@ public struct SimulatedDiscoveryConditions: Sendable, Hashable {
     /// Seeds every random draw.
     public var seed: UInt64
 
+    /// Conditions with every setting given; the defaults (no delay, no jitter, no loss, a 100 ms
+    /// retransmit interval, seed 0) deliver every event at once.
     public init(delay: Duration = .zero, jitter: Duration = .zero, lossProbability: Double = 0,
                 retransmitInterval: Duration = .milliseconds(100), seed: UInt64 = 0) {
         self.delay = delay
@@ -37,7 +39,7 @@ public struct SimulatedDiscoveryConditions: Sendable, Hashable {
     /// Whether events are delivered immediately (no delay, jitter or loss).
     public var isPerfect: Bool { delay == .zero && jitter == .zero && lossProbability == 0 }
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for negative durations, a non-positive
+    /// Throws `PeerSyncError.Code.invalidArgument` for negative durations, a non-positive
     /// retransmit interval with loss, or a loss probability outside `0..<1`.
     public func validate() throws(PeerSyncError) {
         func fail(_ what: String) -> PeerSyncError { PeerSyncError(.invalidArgument, "invalid discovery conditions: \(what)") }

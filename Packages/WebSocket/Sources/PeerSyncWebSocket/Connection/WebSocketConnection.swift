@@ -30,23 +30,25 @@ public struct WebSocketConfiguration: Sendable, Hashable {
     /// Incoming messages buffered until ``WebSocketConnection/receive()`` takes them; when
     /// full, the connection stops reading the socket (TCP backpressure). Default 64 / 4 MiB.
     public var receiveBufferMessages: Int = 64
+    /// The bytes of that buffer (a single larger message still fits alone). Default 4 MiB.
     public var receiveBufferBytes: Int = 4 << 20
     /// Outgoing bytes buffered before `send` suspends. Default 1 MiB.
     public var sendBufferBytes: Int = 1 << 20
 
+    /// The defaults listed with each property.
     public init() {}
 }
 
-/// One RFC 6455 WebSocket over any ``ByteStream`` (TCP, TLS over TCP, a BLE channel, ...),
-/// after the opening handshake. Conforms to ``MessageConnection`` (see its contract: send,
+/// One RFC 6455 WebSocket over any `ByteStream` (TCP, TLS over TCP, a BLE channel, ...),
+/// after the opening handshake. Conforms to `MessageConnection` (see its contract: send,
 /// receive, close, backpressure, errors).
 ///
-/// Internals: a reader task decodes frames (``WebSocketFrameDecoder``), answers pings, and
+/// Internals: a reader task decodes frames (`WebSocketFrameDecoder`), answers pings, and
 /// feeds a bounded queue that ``receive()`` reads; a writer task drains a bounded outbound
 /// queue (control frames first, data in order, the close frame last) and batches small frames
 /// into one write; an optional heartbeat task sends pings. None of them holds a thread while
 /// idle. A protocol violation by the peer closes with 1002 (1007 for invalid UTF-8, 1009 for
-/// an oversized message) and `receive` throws the ``PeerSyncError``. Dropping the last
+/// an oversized message) and `receive` throws the `PeerSyncError`. Dropping the last
 /// reference to an open connection drops the link without a close handshake.
 ///
 /// Cancellation: a `send` waiting for room in the send buffer throws `.cancelled` and sends
@@ -58,7 +60,9 @@ public struct WebSocketConfiguration: Sendable, Hashable {
 /// ``init(stream:role:configuration:subprotocol:initialBytes:peerCertificateChain:kind:handshakeRequest:handshakeResponse:authenticatedUser:partialMessageBudget:)``
 /// yourself to run WebSocket framing over another byte stream after your own handshake.
 public final class WebSocketConnection: MessageConnection {
+    /// Client (masks its frames) or server.
     public let role: WebSocketRole
+    /// The settings it runs with.
     public let configuration: WebSocketConfiguration
     /// The subprotocol agreed in the handshake, if any.
     public let subprotocol: String?
@@ -131,7 +135,7 @@ public final class WebSocketConnection: MessageConnection {
     public func ping(_ payload: [UInt8] = []) -> Bool { engine.ping(payload) }
 
     /// Drops the link at once, without a close handshake (the peer sees the TCP connection
-    /// end; ``closeInfo`` becomes ``CloseCode/abnormalClosure``). For emergencies and tests;
+    /// end; ``closeInfo`` becomes `CloseCode.abnormalClosure`). For emergencies and tests;
     /// prefer ``close(code:reason:)``.
     public func abort() async { await engine.abort() }
 }
