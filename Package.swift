@@ -116,6 +116,10 @@ let package = Package(
         .executable(name: "peersync", targets: ["peersync"]),
         .executable(name: "example-tasklist", targets: ["example-tasklist"]),
         .executable(name: "example-mesh", targets: ["example-mesh"]),
+        .executable(name: "example-syncpair", targets: ["example-syncpair"]),
+        .executable(name: "example-customtransport", targets: ["example-customtransport"]),
+        .executable(name: "example-backendchoice", targets: ["example-backendchoice"]),
+        .executable(name: "example-appandextension", targets: ["example-appandextension"]),
     ],
     traits: [
         .default(enabledTraits: ["SQLite"]),
@@ -362,6 +366,48 @@ let package = Package(
             dependencies: ["PeerSync"],
             path: "Examples/Mesh",
             exclude: ["run", "README.md"],
+            swiftSettings: swiftSettings
+        ),
+        // What the examples below share (printing, deadlines, comparing databases); no product.
+        .target(
+            name: "ExampleSupport",
+            dependencies: ["PeerSync"],
+            path: "Examples/Support",
+            swiftSettings: swiftSettings
+        ),
+        // A listener and a replicator in one program: TLS, a password, continuous sync both ways.
+        .executableTarget(
+            name: "example-syncpair",
+            dependencies: ["PeerSync", "ExampleSupport"],
+            path: "Examples/SyncPair",
+            exclude: ["README.md"],
+            swiftSettings: swiftSettings
+        ),
+        // A transport written outside the library (Unix-domain sockets) that passes the
+        // transport conformance suite and carries a sync between two processes.
+        .executableTarget(
+            name: "example-customtransport",
+            dependencies: ["PeerSync", "PeerSyncCore", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncBLIP", "ExampleSupport"],
+            path: "Examples/CustomTransport",
+            exclude: ["README.md"],
+            swiftSettings: swiftSettings
+        ),
+        // One app on SQLite, LMDB or a toy storage backend of its own (which passes the storage
+        // conformance suite), chosen by `--backend`.
+        .executableTarget(
+            name: "example-backendchoice",
+            dependencies: ["PeerSync", "PeerSyncStorageTesting", "ExampleSupport"],
+            path: "Examples/BackendChoice",
+            exclude: ["README.md", "run"],
+            swiftSettings: swiftSettings
+        ),
+        // An app and its extension: two processes on one database folder, the app syncing with
+        // a listener whose REST API `curl` writes to (`Examples/AppAndExtension/run`).
+        .executableTarget(
+            name: "example-appandextension",
+            dependencies: ["PeerSync", "ExampleSupport"],
+            path: "Examples/AppAndExtension",
+            exclude: ["README.md", "run"],
             swiftSettings: swiftSettings
         ),
 
