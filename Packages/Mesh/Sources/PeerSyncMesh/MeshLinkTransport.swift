@@ -23,13 +23,15 @@ public struct MeshLinkContext: Sendable {
     /// Decides whether a peer is trusted, given its certificate chain (leaf first). The
     /// transport calls it on **every** link, in both directions, during the handshake (before
     /// any replication message); a link it rejects fails with
-    /// ``PeerSyncError/Code/certificateRejected`` on the dialling side and never appears in
+    /// `PeerSyncError/Code/certificateRejected` on the dialling side and never appears in
     /// ``MeshLinkTransport/incomingLinks()`` on the accepting side. Must not block.
     public var authenticate: @Sendable ([Certificate]) -> Bool
     /// Time a dial or an accepted link may take from the first byte to an authenticated,
     /// ready connection; a peer that stalls longer is dropped. Default 10 s.
     public var handshakeTimeout: Duration
 
+    /// The mesh identity (client and server key usage), the check of a peer's certificate chain
+    /// (true: trusted) and how long a link's TLS and replication handshake may take.
     public init(identity: TLSIdentity, authenticate: @escaping @Sendable ([Certificate]) -> Bool,
                 handshakeTimeout: Duration = .seconds(10)) {
         self.identity = identity
@@ -56,13 +58,14 @@ public struct MeshLinkContext: Sendable {
 }
 
 /// Where a started ``MeshLinkTransport`` accepts links: what the mesh publishes through its
-/// ``Discovery`` (port, and addresses when the transport binds specific ones).
+/// `Discovery` (port, and addresses when the transport binds specific ones).
 public struct MeshListeningAddress: Sendable, Hashable {
     /// The port to announce (for transports without ports, a channel number such as an L2CAP PSM).
     public var port: UInt16
     /// The addresses to announce; empty means "the host's addresses" (the discovery fills them in).
     public var addresses: [String]
 
+    /// A listener on `port` at `addresses` (empty: every address of the host).
     public init(port: UInt16, addresses: [String] = []) {
         self.port = port
         self.addresses = addresses
@@ -70,22 +73,22 @@ public struct MeshListeningAddress: Sendable, Hashable {
 }
 
 /// The plug-in point between the mesh and a network: accepts authenticated links from peers
-/// and dials peers found by a ``Discovery``. Wi-Fi's is WebSocket over mutual TLS
+/// and dials peers found by a `Discovery`. Wi-Fi's is WebSocket over mutual TLS
 /// (`PeerSyncMeshWiFi`), Bluetooth LE's an L2CAP channel carrying mutual TLS
 /// (`PeerSyncMeshBluetooth`), and tests and simulations use an in-process one over loopback links. The mesh owns the topology (whom to dial, duplicates,
 /// back-off); a transport only moves bytes and proves identities.
 ///
 /// Contract:
 /// - Every connection it returns or yields is **authenticated**: its
-///   ``MessageConnection/peerCertificateChain`` is the peer's chain (leaf first, never empty)
+///   `MessageConnection/peerCertificateChain` is the peer's chain (leaf first, never empty)
 ///   and ``MeshLinkContext/authenticate`` accepted it. The mesh derives the peer ID from the
-///   leaf (``Certificate/peerID``) and drops a dialled link whose ID is not the one discovered.
+///   leaf (`Certificate/peerID`) and drops a dialled link whose ID is not the one discovered.
 /// - ``start(_:)`` begins accepting and returns the address to publish; it throws if it cannot
 ///   listen. ``stop()`` stops accepting, closes every link it made or accepted, ends
 ///   ``incomingLinks()`` and is idempotent. A transport may be started again after stop.
 /// - ``dial(_:)`` connects to a discovered peer of this transport's kind, or throws
-///   (``PeerSyncError/Code/connectionRefused``, ``PeerSyncError/Code/timeout``,
-///   ``PeerSyncError/Code/certificateRejected``, …); it never hangs past
+///   (`PeerSyncError/Code/connectionRefused`, `PeerSyncError/Code/timeout`,
+///   `PeerSyncError/Code/certificateRejected`, …); it never hangs past
 ///   ``MeshLinkContext/handshakeTimeout`` plus the connect time.
 /// - Threading: every method from any task, concurrently; nothing blocks a thread.
 public protocol MeshLinkTransport: AnyObject, Sendable {
@@ -106,7 +109,7 @@ public protocol MeshLinkTransport: AnyObject, Sendable {
     func stop() async
 }
 
-/// One way of finding and reaching peers, as the mesh uses it: a ``Discovery`` that finds the
+/// One way of finding and reaching peers, as the mesh uses it: a `Discovery` that finds the
 /// peers of the group and the ``MeshLinkTransport`` that connects to what it finds. Wi-Fi is
 /// DNS-SD + WebSocket/TLS; an in-process network pairs `InProcessDiscovery` with loopback links.
 public struct MeshNetwork: Sendable {
@@ -115,6 +118,7 @@ public struct MeshNetwork: Sendable {
     /// Connects to the peers the discovery finds, and accepts their links.
     public var links: any MeshLinkTransport
 
+    /// A network of peers found by `discovery` and linked by `links`.
     public init(discovery: any Discovery, links: any MeshLinkTransport) {
         self.discovery = discovery
         self.links = links

@@ -25,7 +25,7 @@ public final class MultipeerReplicator: Sendable {
     /// The configuration (copied at init).
     public let config: MultipeerReplicatorConfiguration
     /// This peer's ID: SHA-256 of its identity's DER certificate, lowercase hex
-    /// (``Certificate/peerID``). Valid before start and after stop.
+    /// (`Certificate/peerID`). Valid before start and after stop.
     public let peerID: PeerID
     /// The networks it runs on. A peer seen on several is linked over the preferred transport
     /// (Wi-Fi, then Bluetooth; between networks of one transport, the first given), over
@@ -46,7 +46,7 @@ public final class MultipeerReplicator: Sendable {
     /// Checks `config` (its tunables, see ``MultipeerReplicatorConfiguration``) and the networks;
     /// does not touch the network.
     ///
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for a tunable out of range, no network,
+    /// - Throws: `PeerSyncError/Code/invalidArgument` for a tunable out of range, no network,
     ///   two networks of one transport, or a network whose transport `config.transports` does
     ///   not list.
     public init(config: MultipeerReplicatorConfiguration, networks: [MeshNetwork]) throws {
@@ -76,7 +76,7 @@ public final class MultipeerReplicator: Sendable {
     /// transport's ``status(for:)`` is inactive with that error, and the others run.
     ///
     /// - Throws: the first link transport's error when none starts, what a discovery throws
-    ///   (the replicator is then stopped again); ``PeerSyncError/Code/closed`` if the database
+    ///   (the replicator is then stopped again); `PeerSyncError/Code/closed` if the database
     ///   is closed.
     public func start() async throws {
         try await lifecycle.withLock {

@@ -6,28 +6,28 @@ import PeerSyncMesh
 import PeerSyncTransport
 import PeerSyncWebSocket
 
-/// The mesh's links over Bluetooth LE: ``BLETransport`` (an L2CAP connection-oriented channel
+/// The mesh's links over Bluetooth LE: `BLETransport` (an L2CAP connection-oriented channel
 /// carrying **mutual TLS**, WebSocket framing and BLIP, `shared/reference/multipeer-protocol.md`
-/// §2), for peers found by ``BLEDiscovery``.
+/// §2), for peers found by `BLEDiscovery`.
 ///
 /// - **Listening** (``start(_:)``): an L2CAP listener on ``MultipeerBluetoothOptions/psm`` (nil:
 ///   a free dynamic LE PSM), announced as the publication's port (the PSM characteristic),
-///   presenting ``MeshLinkContext/identity`` and **requiring** a client certificate. A link
+///   presenting `MeshLinkContext/identity` and **requiring** a client certificate. A link
 ///   appears in ``incomingLinks()`` once its TLS handshake finished with the client's
 ///   certificate accepted.
 /// - **Dialling** (``dial(_:)``): `l2cap://<address>:<psm>` to each address the discovery
 ///   reported, in turn, presenting the identity as the client certificate.
-/// - **Trust**: as on Wi-Fi, the TLS layer checks nothing itself; ``MeshLinkContext/authenticate``
+/// - **Trust**: as on Wi-Fi, the TLS layer checks nothing itself; `MeshLinkContext/authenticate`
 ///   decides on both ends during the handshake. A dial it rejects, or whose certificate the peer
-///   rejects, throws ``PeerSyncError/Code/certificateRejected``.
+///   rejects, throws `PeerSyncError/Code/certificateRejected`.
 /// - **Stalls**: the TLS handshake of a dial and of an accepted channel must finish within
-///   ``MeshLinkContext/handshakeTimeout``; opening the channel has its own
+///   `MeshLinkContext/handshakeTimeout`; opening the channel has its own
 ///   ``MultipeerBluetoothOptions/connectTimeout``.
 ///
-/// Channels come from an ``L2CAPConnector``: ``BlueZL2CAPConnector`` on a real adapter (compiled,
+/// Channels come from an `L2CAPConnector`: `BlueZL2CAPConnector` on a real adapter (compiled,
 /// never run on a radio: without Bluetooth ``start(_:)`` throws
-/// ``PeerSyncError/Code/bluetoothUnavailable`` and the mesh carries on over its other
-/// transports), or a ``SimulatedL2CAPConnector`` (shaped `AF_UNIX` seqpacket links) in tests.
+/// `PeerSyncError/Code/bluetoothUnavailable` and the mesh carries on over its other
+/// transports), or a `SimulatedL2CAPConnector` (shaped `AF_UNIX` seqpacket links) in tests.
 ///
 /// Threading: every method from any task, concurrently; nothing blocks a thread. ``stop()``
 /// closes the listener and every link still open that this transport dialled or accepted.
@@ -55,7 +55,7 @@ public final class BluetoothMeshLinkTransport: MeshLinkTransport {
 
     private let state = LockedValue(State())
 
-    /// Throws ``PeerSyncError/Code/invalidArgument`` for invalid options.
+    /// Throws `PeerSyncError/Code/invalidArgument` for invalid options.
     public init(connector: any L2CAPConnector, options: MultipeerBluetoothOptions = MultipeerBluetoothOptions()) throws(PeerSyncError) {
         try options.validate()
         self.connector = connector
@@ -68,8 +68,8 @@ public final class BluetoothMeshLinkTransport: MeshLinkTransport {
     }
 
     /// Starts the L2CAP listener; returns its PSM as the port to announce. Throws the
-    /// connector's errors (``PeerSyncError/Code/bluetoothUnavailable`` without Bluetooth,
-    /// ``PeerSyncError/Code/addressInUse`` for a PSM taken), ``PeerSyncError/Code/invalidArgument``
+    /// connector's errors (`PeerSyncError/Code/bluetoothUnavailable` without Bluetooth,
+    /// `PeerSyncError/Code/addressInUse` for a PSM taken), `PeerSyncError/Code/invalidArgument`
     /// if already started.
     public func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress {
         let reserved = state.withLock { s -> Bool in
@@ -114,8 +114,8 @@ public final class BluetoothMeshLinkTransport: MeshLinkTransport {
         state.withLock { $0.incoming } ?? AsyncStream { $0.finish() }
     }
 
-    /// Dials `peer` (see the type's contract). Throws ``PeerSyncError/Code/closed`` when not
-    /// started, ``PeerSyncError/Code/certificateRejected`` when either side refused the other's
+    /// Dials `peer` (see the type's contract). Throws `PeerSyncError/Code/closed` when not
+    /// started, `PeerSyncError/Code/certificateRejected` when either side refused the other's
     /// certificate, else the error of the last address tried.
     public func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection {
         guard let context = state.withLock({ $0.running?.context }) else {

@@ -3,11 +3,11 @@ import PeerSyncCore
 import PeerSyncMesh
 
 /// Bluetooth LE for many mesh peers in one process, with nothing simulated above the kernel's
-/// socket calls: each peer gets a ``BLEDiscovery`` on a shared ``SimulatedBLEAir`` (advertising,
+/// socket calls: each peer gets a `BLEDiscovery` on a shared `SimulatedBLEAir` (advertising,
 /// GATT over `AF_UNIX` seqpacket pairs) and a ``BluetoothMeshLinkTransport`` over a
-/// ``SimulatedL2CAPNetwork`` of shaped links (MTU, rate, latency: ``BLELinkConditions``) — the
+/// `SimulatedL2CAPNetwork` of shaped links (MTU, rate, latency: `BLELinkConditions`) — the
 /// same TLS, WebSocket framing and BLIP as on a radio. For tests and simulations; the
-/// production wiring is ``MultipeerReplicator/init(config:wifi:bluetooth:)``.
+/// production wiring is `MultipeerReplicator/init(config:wifi:bluetooth:)`.
 ///
 /// Threading: any task.
 public final class SimulatedBluetoothMeshNetwork: Sendable {
@@ -19,9 +19,9 @@ public final class SimulatedBluetoothMeshNetwork: Sendable {
     public let options: MultipeerBluetoothOptions
 
     /// - Parameters:
-    ///   - conditions: the shape of every data channel. Default ``BLELinkConditions/bluetoothLE``.
+    ///   - conditions: the shape of every data channel. Default `BLELinkConditions/bluetoothLE`.
     ///   - options: every peer's options (timings of discovery, connect timeout).
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` for invalid conditions or options.
+    /// - Throws: `PeerSyncError/Code/invalidArgument` for invalid conditions or options.
     public init(conditions: BLELinkConditions = .bluetoothLE,
                 options: MultipeerBluetoothOptions = MultipeerBluetoothOptions()) throws(PeerSyncError) {
         try conditions.validate()

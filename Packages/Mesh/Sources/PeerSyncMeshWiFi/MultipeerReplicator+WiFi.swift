@@ -4,19 +4,19 @@ import PeerSyncMesh
 
 extension MultipeerReplicator {
     /// A replicator on the real networks `config.transports` lists, as Couchbase Lite's
-    /// `MultipeerReplicator(config:)`: for ``MultipeerTransport/wifi``, DNS-SD through the Avahi
-    /// daemon (``DNSSDDiscovery``, on `wifi.interface` when set) paired with
+    /// `MultipeerReplicator(config:)`: for `MultipeerTransport/wifi`, DNS-SD through the Avahi
+    /// daemon (`DNSSDDiscovery`, on `wifi.interface` when set) paired with
     /// ``WiFiMeshLinkTransport`` (WebSocket over mutual TLS on `wifi.port`).
     ///
-    /// Nothing touches the network before ``start()``; the DNS-SD discovery connects to the
+    /// Nothing touches the network before `start()`; the DNS-SD discovery connects to the
     /// system D-Bus in the background (`DBUS_SYSTEM_BUS_ADDRESS` moves it) and waits for
     /// `avahi-daemon` if it is not running (the Wi-Fi status says so).
     ///
-    /// - Throws: ``PeerSyncError/Code/invalidArgument`` if `config.transports` lists
-    ///   ``MultipeerTransport/bluetooth`` (that needs `PeerSyncMeshBluetooth`'s
+    /// - Throws: `PeerSyncError/Code/invalidArgument` if `config.transports` lists
+    ///   `MultipeerTransport/bluetooth` (that needs `PeerSyncMeshBluetooth`'s
     ///   `init(config:wifi:bluetooth:)`), for
-    ///   invalid `wifi` options or tunables (see ``init(config:networks:)``);
-    ///   ``PeerSyncError/Code/io`` if the discovery's thread cannot start.
+    ///   invalid `wifi` options or tunables (see `init(config:networks:)`);
+    ///   `PeerSyncError/Code/io` if the discovery's thread cannot start.
     public convenience init(config: MultipeerReplicatorConfiguration,
                             wifi: MultipeerWiFiOptions = MultipeerWiFiOptions()) throws {
         try self.init(config: config, networks: Self.networks(for: config, wifi: wifi, bluetooth: nil))

@@ -4,10 +4,10 @@ import Foundation
 import PeerSyncCore
 import PeerSyncStorage
 
-/// The one conformance suite every ``StorageBackend`` must pass: the in-memory, SQLite and
+/// The one conformance suite every `StorageBackend` must pass: the in-memory, SQLite and
 /// LMDB backends, and any backend a user writes.
 ///
-/// It has no dependency on a test framework: ``run(_:)`` throws a ``ConformanceFailure`` on
+/// It has no dependency on a test framework: ``run(_:)`` throws a `ConformanceFailure` on
 /// the first failed check, so any harness (Swift Testing, XCTest, a plain executable) can
 /// drive it. Parameterize a test over ``caseNames(for:)``:
 ///
@@ -42,16 +42,20 @@ public struct StorageConformanceSuite: Sendable {
         /// with writers serialized across them. Required for the multi-process cases.
         public var multiProcess: Bool
 
+        /// `multiProcess`: the backend supports two processes on one store (the multi-process cases run).
         public init(multiProcess: Bool) {
             self.multiProcess = multiProcess
         }
     }
 
+    /// The backend under test.
     public let backend: any StorageBackend
+    /// What the backend supports, deciding which cases apply.
     public let capabilities: Capabilities
+    /// How to start the child process of the multi-process cases (nil: those cases do not apply).
     public let childLauncher: ChildProcessLauncher?
     /// Called with every store directory a case used, after the case, to delete data a backend
-    /// keeps outside the directory (e.g. ``MemoryStorageBackend/removeStore(in:)``).
+    /// keeps outside the directory (e.g. `MemoryStorageBackend/removeStore(in:)`).
     public let removeStore: (@Sendable (String) -> Void)?
 
     /// - Parameters:
@@ -86,7 +90,7 @@ public struct StorageConformanceSuite: Sendable {
 
     /// Runs one case on a thread of its own.
     ///
-    /// - Throws: ``ConformanceFailure`` when a check fails or the backend throws an
+    /// - Throws: `ConformanceFailure` when a check fails or the backend throws an
     ///   unexpected error; ``ConformanceCaseNotApplicable`` for an unknown case name or one
     ///   that does not apply (see ``isApplicable(_:)``).
     public func run(_ caseName: String) async throws {
@@ -121,11 +125,14 @@ public struct StorageConformanceSuite: Sendable {
 /// calls ``StorageConformanceChild/main(arguments:backend:)`` with the backend under test.
 /// The suite runs `executablePath` with `arguments` followed by its own arguments.
 public struct ChildProcessLauncher: Sendable, Hashable {
+    /// The executable that runs `StorageConformanceChild`.
     public var executablePath: String
+    /// Arguments before the suite's own.
     public var arguments: [String]
     /// Extra environment variables for the child (added to this process's environment).
     public var environment: [String: String]
 
+    /// A launcher of `executablePath` with `arguments` and extra `environment` variables.
     public init(executablePath: String, arguments: [String] = [], environment: [String: String] = [:]) {
         self.executablePath = executablePath
         self.arguments = arguments
@@ -137,7 +144,9 @@ public struct ChildProcessLauncher: Sendable, Hashable {
 /// apply to the backend under test. Harnesses should not run such cases (use
 /// ``StorageConformanceSuite/caseNames(for:)``), so seeing this error is a harness bug.
 public struct ConformanceCaseNotApplicable: Error, CustomStringConvertible {
+    /// The case that was asked for.
     public let caseName: String
+    /// Why it does not apply.
     public let reason: String
     public var description: String { "conformance case \(caseName) not applicable: \(reason)" }
 }

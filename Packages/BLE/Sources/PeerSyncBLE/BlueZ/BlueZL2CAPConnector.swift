@@ -2,14 +2,14 @@ import PeerSyncCore
 import PeerSyncPosix
 
 /// The ``L2CAPConnector`` of a real Bluetooth adapter: LE connection-oriented channels on
-/// `AF_BLUETOOTH` `SOCK_SEQPACKET` sockets through ``BlueZAdapter`` (`connectL2CAP`,
+/// `AF_BLUETOOTH` `SOCK_SEQPACKET` sockets through `BlueZAdapter` (`connectL2CAP`,
 /// `listenL2CAP`), non-blocking on PeerSyncPosix's reactor, with the MTUs the kernel
 /// negotiated (`BT_SNDMTU`, `BT_RCVMTU`). What ``BLETransport`` runs over on a radio.
 ///
 /// **Compiled, never run on a radio** (the kernels PeerSync is tested on have no Bluetooth).
 /// Without Bluetooth the connector is created all the same; ``localAddress`` is empty and
 /// ``connect(to:psm:timeout:)`` and ``listen(psm:)`` throw
-/// ``PeerSyncError/Code/bluetoothUnavailable`` ("Bluetooth is not available on this system: …"),
+/// `PeerSyncError/Code/bluetoothUnavailable` ("Bluetooth is not available on this system: …"),
 /// which a test asserts. Nothing is simulated on that path.
 ///
 /// Addresses are `AA:BB:CC:DD:EE:FF`; the address type (public or random) is the one the
@@ -22,7 +22,7 @@ public final class BlueZL2CAPConnector: L2CAPConnector {
     public let localAddress: String
 
     /// Opens the system's default adapter. Never throws: without Bluetooth every later call
-    /// throws ``PeerSyncError/Code/bluetoothUnavailable`` (see ``unavailability``).
+    /// throws `PeerSyncError/Code/bluetoothUnavailable` (see ``unavailability``).
     public init() {
         adapter = Result { () throws(PeerSyncError) in try BlueZAdapter.openDefault() }
         localAddress = (try? adapter.get().address()) ?? ""

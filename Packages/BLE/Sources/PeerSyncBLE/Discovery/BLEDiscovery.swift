@@ -1,7 +1,7 @@
 import PeerSyncCore
 import PeerSyncDiscovery
 
-/// ``Discovery`` over Bluetooth LE, as Couchbase Lite's multipeer replicator does it
+/// `Discovery` over Bluetooth LE, as Couchbase Lite's multipeer replicator does it
 /// (`shared/reference/multipeer-protocol.md` §2).
 ///
 /// - **Publishing** advertises the group's service UUID (``BLEServiceUUID/forPeerGroup(_:)``)
@@ -18,12 +18,12 @@ import PeerSyncDiscovery
 /// - **Browsing** scans for the group's service UUID, connects GATT to each advertiser
 ///   (``GATTClient``), reads the PSM and metadata, subscribes to the metadata, and reports
 ///   the peer with its address (the advertiser's Bluetooth address) and the PSM as port,
-///   stamped ``DiscoveryKind/bluetoothLE``. A peer disappears when its GATT connection ends or
+///   stamped `DiscoveryKind/bluetoothLE`. A peer disappears when its GATT connection ends or
 ///   its advertisements stop for ``BLEDiscoveryConfiguration/advertisementTimeout``. A radio
 ///   does not hear its own advertisements: this instance's own publications are reported to
 ///   its browsers directly.
 /// - **Status** follows the radio: `running`; `unavailable` (code
-///   ``PeerSyncError/Code/discoveryUnavailable``) while the adapter is off or absent — on a
+///   `PeerSyncError/Code/discoveryUnavailable`) while the adapter is off or absent — on a
 ///   system without Bluetooth, at once and for good, with the message "Bluetooth is not
 ///   available on this system: …"; `recovered` when it is back, after publications were
 ///   advertised again. Browsers keep their peers through an outage and then report what
@@ -60,9 +60,9 @@ public final class BLEDiscovery: Discovery {
     let state = LockedValue(State())
 
     /// Discovery on the system's default Bluetooth adapter (BlueZ). On a system without
-    /// Bluetooth it is created all the same and reports ``DiscoveryStatus/unavailable(_:)``
+    /// Bluetooth it is created all the same and reports `DiscoveryStatus/unavailable(_:)`
     /// with "Bluetooth is not available on this system: …"; publishing and browsing then do
-    /// nothing visible. Throws ``PeerSyncError/Code/invalidArgument`` for an invalid
+    /// nothing visible. Throws `PeerSyncError/Code/invalidArgument` for an invalid
     /// configuration.
     public convenience init(configuration: BLEDiscoveryConfiguration = BLEDiscoveryConfiguration()) throws(PeerSyncError) {
         try configuration.validate()
@@ -73,7 +73,7 @@ public final class BLEDiscovery: Discovery {
     /// host's L2CAP device address (its ``SimulatedL2CAPConnector/localAddress``), so that a
     /// ``SimulatedL2CAPNetwork`` made with the same air reaches it at the addresses its
     /// advertisements are seen at; nil (default): discovery only. Throws
-    /// ``PeerSyncError/Code/invalidArgument`` for an invalid configuration.
+    /// `PeerSyncError/Code/invalidArgument` for an invalid configuration.
     public convenience init(air: SimulatedBLEAir, hostName: String, deviceAddress: String? = nil,
                             configuration: BLEDiscoveryConfiguration = BLEDiscoveryConfiguration()) throws(PeerSyncError) {
         try configuration.validate()
@@ -111,9 +111,9 @@ public final class BLEDiscovery: Discovery {
     /// Chooses a unique name (listening for ``BLEDiscoveryConfiguration/nameProbeDuration``
     /// while the radio works), starts the GATT server and the advertisement, and returns.
     /// While the radio is unavailable it returns at once; the advertisement starts when the
-    /// radio is back. Throws ``PeerSyncError/Code/closed`` after ``shutdown()``,
-    /// ``PeerSyncError/Code/tooLarge`` when the TXT record is over 512 bytes (ATT's limit),
-    /// ``PeerSyncError/Code/discoveryFailed`` when the radio refuses the advertisement.
+    /// radio is back. Throws `PeerSyncError/Code/closed` after ``shutdown()``,
+    /// `PeerSyncError/Code/tooLarge` when the TXT record is over 512 bytes (ATT's limit),
+    /// `PeerSyncError/Code/discoveryFailed` when the radio refuses the advertisement.
     public func publish(_ announcement: PeerAnnouncement) async throws -> any PeerPublication {
         try checkOpen()
         let serviceUUID = BLEServiceUUID.forPeerGroup(announcement.group.rawValue)
@@ -146,7 +146,7 @@ public final class BLEDiscovery: Discovery {
     }
 
     /// Starts scanning for `group`'s service UUID; returns at once. Throws
-    /// ``PeerSyncError/Code/closed`` after ``shutdown()``.
+    /// `PeerSyncError/Code/closed` after ``shutdown()``.
     public func browse(group: PeerGroupID) async throws -> PeerBrowser {
         let (stream, feed) = OrderedStreamFeed<PeerEvent>.makeStream()
         let (browse, id) = try state.withLock { state throws(PeerSyncError) -> (BLEBrowse, Int) in
@@ -169,7 +169,7 @@ public final class BLEDiscovery: Discovery {
     }
 
     /// Withdraws every publication (stops advertising, closes the GATT servers), ends every
-    /// browse, reports ``DiscoveryStatus/stopped``. Idempotent.
+    /// browse, reports `DiscoveryStatus/stopped`. Idempotent.
     public func shutdown() async {
         let (publications, browses) = state.withLock { state -> ([BLEPublication], [BLEBrowse]) in
             state.shutDown = true

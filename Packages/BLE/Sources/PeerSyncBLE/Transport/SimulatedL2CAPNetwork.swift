@@ -36,6 +36,9 @@ public final class SimulatedL2CAPNetwork: Sendable {
     /// The first PSM handed out when a listener asks for any: the LE dynamic range 0x0080–0x00FF.
     static let dynamicPSMs: ClosedRange<UInt16> = 0x0080...0x00FF
 
+    /// A network whose channels are shaped by `conditions` (default: a BLE-like link). With `air`,
+    /// only devices advertising on it can be reached, at the address their advertisement is seen
+    /// at, and no channel opens while the air is off.
     public init(conditions: BLELinkConditions = .bluetoothLE, air: SimulatedBLEAir? = nil) {
         state = LockedValue(State(conditions: conditions))
         self.air = air
@@ -115,6 +118,7 @@ public final class SimulatedL2CAPNetwork: Sendable {
 
 /// One device of a ``SimulatedL2CAPNetwork``.
 public struct SimulatedL2CAPConnector: L2CAPConnector {
+    /// The simulated network this connector dials and listens on.
     public let network: SimulatedL2CAPNetwork
     public let localAddress: String
 
