@@ -60,7 +60,7 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
         // Setting the journal mode reads page 1: a file that is not a database (SQLITE_NOTADB)
         // or whose header claims more pages than the file holds (truncated: SQLITE_CORRUPT)
         // fails here. The schema check below catches a damaged schema and foreign databases.
-        let mode = try writer.queryFirstText("PRAGMA journal_mode=WAL")
+        let mode = try Self.retryingBusy(within: options.busyTimeout) { try writer.queryFirstText("PRAGMA journal_mode=WAL") }
         guard mode?.lowercased() == "wal" else {
             throw PeerSyncError(.storage, "SQLite could not switch the database to WAL mode",
                                 context: ["path": path, "journalMode": mode ?? "?"])
@@ -73,6 +73,19 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
     }
 
     // MARK: Opening
+
+    /// `body`, tried again while it fails with `.busy` until `timeout` has passed. For steps
+    /// that SQLite answers `SQLITE_BUSY` at once, without its busy handler: switching a new
+    /// file to WAL while another process opens the same file (both want the exclusive lock;
+    /// SQLite refuses one rather than deadlock).
+    static func retryingBusy<T>(within timeout: Duration, _ body: () throws -> T) throws -> T {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            do { return try body() } catch let error as PeerSyncError where error.code == .busy && ContinuousClock.now < deadline {
+                Thread.sleep(forTimeInterval: 0.005)
+            }
+        }
+    }
 
     private static func prepareDirectory(_ directory: String, databasePath: String, create: Bool) throws {
         guard !directory.isEmpty else {

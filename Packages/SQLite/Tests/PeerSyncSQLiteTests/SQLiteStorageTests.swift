@@ -20,6 +20,35 @@ struct SQLiteStorageTests {
         try storage.close()
     }
 
+    /// Two openers of one new store at the same moment (an app and its extension starting
+    /// together) both succeed: switching the new file to WAL can be refused at once with
+    /// `SQLITE_BUSY`, without the busy handler, and is tried again within the busy timeout.
+    @Test func twoOpenersOfANewStoreAtOnceBothSucceed() throws {
+        for round in 0..<30 {
+            let dir = try TempDirectory()
+            let results = LockedValue<[Result<any Storage, any Error>]>([])
+            let start = DispatchSemaphore(value: 0), done = DispatchGroup()
+            for _ in 0..<2 {
+                done.enter()
+                Thread {
+                    start.wait()
+                    let result = Result<any Storage, any Error> { try backend.open(directory: dir.path, options: StorageOptions()) }
+                    results.withLock { $0.append(result) }
+                    done.leave()
+                }.start()
+            }
+            start.signal()
+            start.signal()
+            #expect(done.wait(timeout: .now() + 60) == .success, "round \(round): an opener did not finish")
+            for result in results.withLock({ $0 }) {
+                switch result {
+                case .success(let storage): try storage.close()
+                case .failure(let error): Issue.record("round \(round): \(error)")
+                }
+            }
+        }
+    }
+
     @Test func opensInNewNestedDirectory() throws {
         let dir = try TempDirectory()
         let nested = dir.file("a/b/c")
@@ -752,3 +781,4 @@ struct SQLiteStorageTests {
         expectError(.closed) { _ = try raw.scan() }
     }
 }
+
