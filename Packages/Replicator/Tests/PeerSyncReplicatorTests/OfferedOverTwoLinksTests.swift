@@ -20,8 +20,13 @@ struct OfferedOverTwoLinksTests {
             // p2 pulls from both at once, over links slow enough that the two pulls overlap.
             let events = EventLog()
             let slowLink = LinkConditions(latency: .milliseconds(20))
-            async let fromP0 = replicate(p[2], to: p[0], type: .pull, events: events, conditions: slowLink)
-            async let fromP1 = replicate(p[2], to: p[1], type: .pull, events: events, conditions: slowLink)
+            // The default 60 s reply timeout, as in a mesh: a claim is waited for while the other
+            // link keeps delivering, up to 15 s (the tests' usual 10 s would allow only 2.5 s,
+            // which a loaded machine exceeds).
+            async let fromP0 = replicate(p[2], to: p[0], type: .pull, events: events, conditions: slowLink,
+                                         replyTimeout: .seconds(60))
+            async let fromP1 = replicate(p[2], to: p[1], type: .pull, events: events, conditions: slowLink,
+                                         replyTimeout: .seconds(60))
             let statuses = try await [fromP0, fromP1]
             #expect(statuses.allSatisfy { $0.error == nil })
             #expect(try await snapshot(p[2].defaultCollection) == snapshot(p[0].defaultCollection))

@@ -104,12 +104,13 @@ func withPeers(_ count: Int, _ body: ([Peer]) async throws -> Void) async throws
 func replicate(_ active: Peer, to passive: Peer, type: ReplicatorType = .pushAndPull,
                collections: [PeerSyncDatabase.Collection]? = nil, config: CollectionConfiguration = .init(),
                reset: Bool = false, events: EventLog? = nil,
-               conditions: LinkConditions? = nil, maxAttempts: Int = 0) async throws -> ReplicatorStatus {
+               conditions: LinkConditions? = nil, maxAttempts: Int = 0,
+               replyTimeout: Duration = .seconds(10)) async throws -> ReplicatorStatus {
     var cfg = ReplicatorConfiguration(target: passive.endpoint)
     cfg.replicatorType = type
     cfg.maxAttempts = maxAttempts
     cfg.maxAttemptWaitTime = .milliseconds(100)
-    cfg.replyTimeout = slow(.seconds(10))
+    cfg.replyTimeout = slow(replyTimeout)
     cfg.addCollections(try collections ?? [active.defaultCollection], config: config)
     let replicator = try Replicator(config: cfg, connector: passive.connector(conditions: conditions))
     if let events { replicator.addDocumentReplicationListener { e in events.events.withLock { $0.append(e) } } }
