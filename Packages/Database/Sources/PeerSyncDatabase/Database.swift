@@ -231,8 +231,6 @@ public final class Database: Sendable, CustomStringConvertible {
             }
         }
         try sweepExpired(storage, now: Date())
-        // Every collection's current marks: listeners start from here.
-        notifier.poll(storage, database: self)
     }
 
     private func startTimer() {

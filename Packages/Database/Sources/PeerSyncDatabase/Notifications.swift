@@ -39,10 +39,17 @@ public final class ListenerToken: Sendable, Hashable {
 /// The listeners of one database and what they have seen.
 ///
 /// Change detection is uniform for this process and others: after each local commit and on
-/// each timer tick, ``poll(_:database:)`` reads the `lastSequence` of every collection's
-/// documents and purge-log keyspaces and, for watched collections, enumerates the records
-/// above the last sequence it saw. Purges are recorded in the purge log (a keyspace) because a purged record
-/// leaves no trace in the sequence index.
+/// each timer tick, ``poll(_:database:)`` reads the `lastSequence` of every watched
+/// collection's documents and purge-log keyspaces and enumerates the records above that
+/// collection's mark (the last sequences delivered). Purges are recorded in the purge log (a
+/// keyspace) because a purged record leaves no trace in the sequence index. With no listener a
+/// poll reads nothing.
+///
+/// A collection's mark is taken when its first listener registers, by reading the storage
+/// then (``add(_:storage:)``): a write that commits after the registration is above it and is
+/// delivered, even if the poll that finds it runs later (a listener added while another
+/// write commits — the caller's own read did not see it — still gets it). A listener added to a
+/// collection already watched shares the existing mark, which is never ahead of the storage.
 final class ChangeNotifier: Sendable {
     struct Listener: Sendable {
         let spec: CollectionSpec
@@ -52,26 +59,52 @@ final class ChangeNotifier: Sendable {
         let finish: (@Sendable () -> Void)?
     }
 
-    struct Registry {
-        var listeners: [UInt64: Listener] = [:]
-        var nextID: UInt64 = 1
-        /// Set when the database closed: new listeners are finished at once.
-        var closed = false
-    }
-
-    struct Seen {
+    struct Seen: Equatable {
         var documents: UInt64
         var purges: UInt64
     }
 
+    /// The last sequences delivered for one watched collection. `generation` changes when the
+    /// mark is dropped (its last listener removed) and taken again, so that a poll that read the
+    /// old mark does not overwrite the new one.
+    struct Mark {
+        var seen: Seen
+        var generation: UInt64
+    }
+
+    struct Registry {
+        var listeners: [UInt64: Listener] = [:]
+        var nextID: UInt64 = 1
+        /// One mark per collection with listeners. A collection whose mark could not be read
+        /// at registration has none; the next poll starts it from then.
+        var marks: [CollectionSpec: Mark] = [:]
+        var nextGeneration: UInt64 = 1
+        /// Set when the database closed: new listeners are finished at once.
+        var closed = false
+    }
+
     private let registry = LockedValue(Registry())
-    /// Last sequences delivered per watched collection; only touched on the writer queue.
-    private let seen = QueueConfined([CollectionSpec: Seen]())
 
     /// Registers a listener; on a closed database it is finished at once (a stream ends).
-    func add(_ listener: Listener) -> ListenerToken {
+    /// The first listener of a collection reads the collection's current sequences from
+    /// `storage` (one short read transaction, on the caller's thread); later ones do not
+    /// touch the storage.
+    func add(_ listener: Listener, storage: (any Storage)?) -> ListenerToken {
+        let spec = listener.spec
+        let needsMark = registry.withLock { !$0.closed && $0.marks[spec] == nil }
+        var current: Seen?
+        if needsMark, let storage {
+            current = try? storage.read { reader in
+                Seen(documents: try reader.lastSequence(in: spec.documentsKeyspace),
+                     purges: try reader.lastSequence(in: spec.purgeLogKeyspace))
+            }
+        }
         let id = registry.withLock { registry -> UInt64? in
             guard !registry.closed else { return nil }
+            if registry.marks[spec] == nil, let current {
+                registry.marks[spec] = Mark(seen: current, generation: registry.nextGeneration)
+                registry.nextGeneration += 1
+            }
             let id = registry.nextID
             registry.nextID += 1
             registry.listeners[id] = listener
@@ -87,8 +120,17 @@ final class ChangeNotifier: Sendable {
     /// How many listeners are registered.
     var listenerCount: Int { registry.withLock { $0.listeners.count } }
 
+    /// How many collections are watched (have a mark), for tests.
+    var watchedCollectionCount: Int { registry.withLock { $0.marks.count } }
+
     func remove(_ id: UInt64) {
-        let removed = registry.withLock { $0.listeners.removeValue(forKey: id) }
+        let removed = registry.withLock { registry -> Listener? in
+            guard let removed = registry.listeners.removeValue(forKey: id) else { return nil }
+            if !registry.listeners.values.contains(where: { $0.spec == removed.spec }) {
+                registry.marks[removed.spec] = nil
+            }
+            return removed
+        }
         removed?.finish?()
     }
 
@@ -96,45 +138,50 @@ final class ChangeNotifier: Sendable {
     func finishAll() {
         let all = registry.withLock { registry in
             registry.closed = true
-            defer { registry.listeners.removeAll() }
+            defer {
+                registry.listeners.removeAll()
+                registry.marks.removeAll()
+            }
             return Array(registry.listeners.values)
         }
         for listener in all { listener.finish?() }
     }
 
-    /// Delivers changes committed since the last poll. Must run on the writer queue.
-    ///
-    /// Every collection's marks are kept, watched or not: a listener added while a write is
-    /// committing (after the caller's own read, before this poll) must still get that write,
-    /// so its collection's mark has to predate the write rather than start at this poll.
+    /// Delivers changes committed since the last poll. Must run on the writer queue (polls
+    /// never overlap).
     func poll(_ storage: any Storage, database: Database) {
-        let listeners = registry.withLock { Array($0.listeners.values) }
-        let watched = Set(listeners.map(\.spec))
+        // The watched collections: those with a mark, and those whose registration could not
+        // read one (started from this poll).
+        let (marks, unmarked) = registry.withLock { registry in
+            (registry.marks, Set(registry.listeners.values.map(\.spec)).subtracting(registry.marks.keys))
+        }
+        guard !marks.isEmpty || !unmarked.isEmpty else { return }
         var batches: [CollectionSpec: [String]] = [:]
+        var updated: [CollectionSpec: Seen] = [:]
         do {
-            let previous = seen.value
-            var updated: [CollectionSpec: Seen] = [:]
             try storage.read { reader in
-                for spec in watched.union(try Database.collectionSpecs(reader)) {
+                for spec in unmarked {
+                    updated[spec] = Seen(documents: try reader.lastSequence(in: spec.documentsKeyspace),
+                                         purges: try reader.lastSequence(in: spec.purgeLogKeyspace))
+                }
+                for (spec, mark) in marks {
                     let lastDocument = try reader.lastSequence(in: spec.documentsKeyspace)
                     let lastPurge = try reader.lastSequence(in: spec.purgeLogKeyspace)
                     updated[spec] = Seen(documents: lastDocument, purges: lastPurge)
-                    // Not seen before (the first poll after opening, or a collection another
-                    // process created since the last poll): start from now.
-                    guard var mark = previous[spec], watched.contains(spec) else { continue }
+                    var from = mark.seen
                     // A dropped and re-created keyspace restarts its sequences.
-                    if lastDocument < mark.documents { mark.documents = 0 }
-                    if lastPurge < mark.purges { mark.purges = 0 }
+                    if lastDocument < from.documents { from.documents = 0 }
+                    if lastPurge < from.purges { from.purges = 0 }
                     var ids: [String] = []
                     var unique = Set<String>()
-                    if lastDocument > mark.documents {
-                        try reader.enumerate(in: spec.documentsKeyspace, since: mark.documents) { record in
+                    if lastDocument > from.documents {
+                        try reader.enumerate(in: spec.documentsKeyspace, since: from.documents) { record in
                             if unique.insert(record.key).inserted { ids.append(record.key) }
                             return true
                         }
                     }
-                    if lastPurge > mark.purges {
-                        try reader.enumerate(in: spec.purgeLogKeyspace, since: mark.purges) { record in
+                    if lastPurge > from.purges {
+                        try reader.enumerate(in: spec.purgeLogKeyspace, since: from.purges) { record in
                             if unique.insert(record.key).inserted { ids.append(record.key) }
                             return true
                         }
@@ -142,10 +189,24 @@ final class ChangeNotifier: Sendable {
                     if !ids.isEmpty { batches[spec] = ids }
                 }
             }
-            seen.modify { $0 = updated }
         } catch {
             Database.log.warning("database \(database.name): cannot read changes: \(error)")
             return
+        }
+        // The listeners are taken after the read: one registered meanwhile to a collection
+        // read here gets this batch (a commit from before its registration at worst, never
+        // one missed); one registered later gets what commits after this read.
+        let listeners = registry.withLock { registry -> [Listener] in
+            for (spec, seen) in updated {
+                if let old = marks[spec] {
+                    // Not if the mark was dropped and taken again meanwhile (that one is newer).
+                    if registry.marks[spec]?.generation == old.generation { registry.marks[spec]?.seen = seen }
+                } else if registry.marks[spec] == nil, registry.listeners.values.contains(where: { $0.spec == spec }) {
+                    registry.marks[spec] = Mark(seen: seen, generation: registry.nextGeneration)
+                    registry.nextGeneration += 1
+                }
+            }
+            return Array(registry.listeners.values)
         }
         guard !batches.isEmpty else { return }
         for listener in listeners {
@@ -166,7 +227,9 @@ extension Collection {
     /// expirations count as changes. Callbacks run on `queue`, or in order on the database's
     /// notification queue. Changes committed after this call returns are delivered.
     ///
-    /// Isolation: registers at once, without storage access. Changes are detected on the
+    /// Isolation: the first listener of a collection reads the collection's current sequence
+    /// (one short read transaction on the caller's thread); later ones register without
+    /// storage access. Changes are detected on the
     /// writer queue — right after each write of this database commits (before that write's
     /// method returns), and on each poll for other processes' commits — and the callbacks are
     /// then queued on `queue`, so a callback may run after the write's method returned.
@@ -197,7 +260,8 @@ extension Collection {
     /// with the notifier and starts polling for changes; `finish` runs when the database closes.
     private func addNotifierListener(docID: String?, finish: (@Sendable () -> Void)? = nil,
                                      _ deliver: @escaping @Sendable (Database, [String]) -> Void) -> ListenerToken {
-        let token = database.notifier.add(.init(spec: spec, docID: docID, deliver: deliver, finish: finish))
+        let token = database.notifier.add(.init(spec: spec, docID: docID, deliver: deliver, finish: finish),
+                                          storage: try? database.openStorage())
         database.schedulePoll()
         return token
     }

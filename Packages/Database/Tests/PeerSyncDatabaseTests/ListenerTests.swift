@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import PeerSyncCore
+import PeerSyncStorage
 import Testing
 @testable import PeerSyncDatabase
 
@@ -190,6 +191,32 @@ import Testing
         }
     }
 
+    /// Polls cost nothing while nobody listens: a database with no listener does not read its
+    /// storage on each timer tick (each open database ticks every 50 ms by default; a mesh of
+    /// 64 peers or a test process with hundreds of databases spent most of its time there).
+    /// Its first listener takes the collection's mark once; removing the last one drops it.
+    @Test func pollsReadNothingWithoutListeners() async throws {
+        let dir = try TempDirectory()
+        defer { dir.remove() }
+        let backend = ReadCountingBackend()
+        let db = try await Database(name: "idle", config: DatabaseConfiguration(
+            directory: dir.path, backend: backend, durable: false, changePollInterval: .milliseconds(5)))
+        let c = try db.defaultCollection()
+        try await c.save(document: MutableDocument(id: "a", data: ["n": 1]))
+        let before = backend.reads
+        // 100 ticks; the expiry bookkeeping reads about once a second.
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(backend.reads - before <= 3, "\(backend.reads - before) reads in 100 idle ticks")
+        let seen = Collected<CollectionChange>()
+        let token = c.addChangeListener { seen.append($0) }
+        #expect(db.notifier.watchedCollectionCount == 1)
+        try await c.save(document: MutableDocument(id: "b", data: ["n": 2]))
+        #expect(await seen.wait { $0.flatMap(\.documentIDs) == ["b"] }, "\(seen.all.map(\.documentIDs))")
+        token.remove()
+        #expect(db.notifier.watchedCollectionCount == 0)
+        try await db.close()
+    }
+
     @Test func streamsOnAClosedDatabaseEndAtOnce() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
@@ -216,4 +243,33 @@ import Testing
         #expect(try await collection.count == 0)
         try await reopened.delete()
     }
+}
+
+/// A memory store that counts read transactions.
+private final class ReadCountingBackend: StorageBackend {
+    let name = "memory"
+    private let count = LockedValue(0)
+    var reads: Int { count.withLock { $0 } }
+
+    func open(directory: String, options: StorageOptions) throws -> any Storage {
+        ReadCountingStorage(try MemoryStorageBackend().open(directory: directory, options: options), count)
+    }
+    func hasStore(in directory: String) -> Bool { MemoryStorageBackend().hasStore(in: directory) }
+}
+
+private final class ReadCountingStorage: Storage {
+    let base: any Storage
+    let count: LockedValue<Int>
+    init(_ base: any Storage, _ count: LockedValue<Int>) {
+        self.base = base
+        self.count = count
+    }
+    var backendName: String { base.backendName }
+    var directory: String { base.directory }
+    func read<R>(_ body: (any StorageReader) throws -> R) throws -> R {
+        count.withLock { $0 += 1 }
+        return try base.read(body)
+    }
+    func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R { try base.write(body) }
+    func close() throws { try base.close() }
 }
