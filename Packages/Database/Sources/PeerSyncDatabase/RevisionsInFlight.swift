@@ -19,14 +19,20 @@ public final class RevisionsInFlight: Sendable {
 
     private struct Claim {
         var owner: Owner
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        /// Waiters (keys of `State.waiting`) woken when this claim is released. A waiter may
+        /// wait for several claims; the first release wakes it, its ID left in the others is
+        /// ignored.
+        var waiters: Set<Int> = []
     }
 
     private struct State {
         var claims: [String: Claim] = [:]
         var nextWaiter = 0
-        /// Waiters between ``waitForRelease(of:timeout:)``'s start and end, and those of them
-        /// whose timeout fired before they were registered.
+        /// Suspended waiters, each resumed once: by the first release of a claim it waits for,
+        /// or by its timeout.
+        var waiting: [Int: CheckedContinuation<Void, Never>] = [:]
+        /// Waiters between the start and the end of one wait, and those of them whose timeout
+        /// fired before they were registered.
         var pending: Set<Int> = []
         var expired: Set<Int> = []
     }
@@ -60,7 +66,7 @@ public final class RevisionsInFlight: Sendable {
     /// whoever waited for the old claim now waits for this one.
     public func take(_ key: String, owner: Owner) {
         state.withLock { s in
-            s.claims[key] = Claim(owner: owner, waiters: s.claims[key]?.waiters ?? [:])
+            s.claims[key] = Claim(owner: owner, waiters: s.claims[key]?.waiters ?? [])
         }
     }
 
@@ -69,7 +75,7 @@ public final class RevisionsInFlight: Sendable {
         let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             guard let claim = s.claims[key], claim.owner == owner else { return [] }
             s.claims[key] = nil
-            return Array(claim.waiters.values)
+            return claim.waiters.compactMap { s.waiting.removeValue(forKey: $0) }
         }
         for waiter in waiters { waiter.resume() }
     }
@@ -79,7 +85,7 @@ public final class RevisionsInFlight: Sendable {
         let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             var woken: [CheckedContinuation<Void, Never>] = []
             for (key, claim) in s.claims where claim.owner == owner {
-                woken += claim.waiters.values
+                woken += claim.waiters.compactMap { s.waiting.removeValue(forKey: $0) }
                 s.claims[key] = nil
             }
             return woken
@@ -96,12 +102,15 @@ public final class RevisionsInFlight: Sendable {
     /// however slow the machine, up to `totalLimit`. Not cancellable.
     public func waitForRelease(of keys: Set<String>, quietLimit: Duration, totalLimit: Duration) async {
         let deadline = ContinuousClock.now + totalLimit
-        for key in keys {
+        var claimed = keys
+        while true {
+            claimed = state.withLock { s in claimed.filter { s.claims[$0] != nil } }
             let remaining = deadline - .now
-            guard remaining > .zero else { return }
-            // Each wait starts after the previous key was released: progress restarts the quiet limit.
-            await waitForRelease(of: key, timeout: min(quietLimit, remaining))
-            if state.withLock({ $0.claims[key] != nil }) { return }
+            guard !claimed.isEmpty, remaining > .zero else { return }
+            // Progress is the release of any of them (they arrive in any order): it restarts
+            // the quiet limit.
+            await waitForFirstRelease(of: claimed, timeout: min(quietLimit, remaining))
+            if state.withLock({ s in claimed.allSatisfy { s.claims[$0] != nil } }) { return }
         }
     }
 
@@ -111,7 +120,8 @@ public final class RevisionsInFlight: Sendable {
         await waitForRelease(of: keys, quietLimit: timeout, totalLimit: timeout)
     }
 
-    private func waitForRelease(of key: String, timeout: Duration) async {
+    /// Suspends until one of `keys` is released or `timeout` passes.
+    private func waitForFirstRelease(of keys: Set<String>, timeout: Duration) async {
         let id = state.withLock { s -> Int in
             defer { s.nextWaiter += 1 }
             s.pending.insert(s.nextWaiter)
@@ -119,12 +129,15 @@ public final class RevisionsInFlight: Sendable {
         }
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
-            self?.wake(key, waiter: id)
+            self?.wake(waiter: id)
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let waiting = state.withLock { s -> Bool in
-                guard s.claims[key] != nil, s.expired.remove(id) == nil else { return false }
-                s.claims[key]?.waiters[id] = continuation
+                guard s.expired.remove(id) == nil else { return false }
+                let held = keys.filter { s.claims[$0] != nil }
+                guard held.count == keys.count else { return false }
+                for key in held { s.claims[key]?.waiters.insert(id) }
+                s.waiting[id] = continuation
                 return true
             }
             if !waiting { continuation.resume() }
@@ -133,13 +146,14 @@ public final class RevisionsInFlight: Sendable {
         state.withLock { s in
             s.pending.remove(id)
             s.expired.remove(id)
+            for key in keys { s.claims[key]?.waiters.remove(id) }
         }
     }
 
     /// The timeout of waiter `id`: resumes it, or marks it expired if it is not registered yet.
-    private func wake(_ key: String, waiter id: Int) {
+    private func wake(waiter id: Int) {
         let continuation = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            if let continuation = s.claims[key]?.waiters.removeValue(forKey: id) { return continuation }
+            if let continuation = s.waiting.removeValue(forKey: id) { return continuation }
             if s.pending.contains(id) { s.expired.insert(id) }
             return nil
         }

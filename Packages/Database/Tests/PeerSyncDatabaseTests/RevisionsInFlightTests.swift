@@ -66,4 +66,24 @@ struct RevisionsInFlightTests {
         #expect(ContinuousClock.now - start >= .milliseconds(100))
         #expect(registry.count == 3)
     }
+
+    /// The revisions of a batch arrive in any order: the release of any awaited one is progress.
+    /// (The wait once restarted its quiet limit only when the one key it happened to look at
+    /// was released, and gave up on a claimant that was delivering the rest.)
+    @Test func progressIsTheReleaseOfAnyAwaitedRevision() async throws {
+        let registry = RevisionsInFlight()
+        let a = Owner()
+        let keys = try (0..<300).map { RevisionsInFlight.key(collection: "c", docID: "d\($0)", revID: try RevisionID("1-aa")) }
+        _ = registry.claim(keys, owner: ObjectIdentifier(a))
+        // One every 10 ms, in reverse order: ≥ 3 s in all, never 1 s without a release.
+        let deliveries = Task {
+            for key in keys.reversed() {
+                try? await Task.sleep(for: .milliseconds(10))
+                registry.release(key, owner: ObjectIdentifier(a))
+            }
+        }
+        await registry.waitForRelease(of: Set(keys), quietLimit: .seconds(1), totalLimit: .seconds(600))
+        #expect(registry.count == 0, "the wait ended with \(registry.count) revisions still being delivered")
+        await deliveries.value
+    }
 }
