@@ -34,6 +34,8 @@
 // | Packages/PeerSync  | PeerSync (umbrella)       | all a sync app needs (+ traits) | —              |
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 // | Tests/             | PeerSyncTestSupport       | Core (test code, no product) | —                |
+// | Packages/WebSocket/Tests | PeerSyncWebSocketTestSupport | WebSocket (test code, no product) | —     |
+// | Packages/Replicator/Tests | PeerSyncReplicatorTestSupport | Replicator, Loopback (test code, no product) | — |
 // | Tools/baselines    | PeerSyncSQLiteBaseline    | Core (no product)          | CSQLite (sqlite3)  |
 // |                    | PeerSyncLMDBBaseline      | Storage (no product)       | CLMDB (lmdb)       |
 //
@@ -209,9 +211,16 @@ let package = Package(
         tests("PeerSyncWebSocketCodecTests", folder: "WebSocket", dependencies: ["PeerSyncWebSocketCodec", "PeerSyncCore"]),
         library("PeerSyncWebSocket", folder: "WebSocket",
                 dependencies: ["PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"]),
+        // What the WebSocket tests and the interop tests with Python `websockets`
+        // (Tests/PeerSyncInteropTests) share: a test identity, an echo server, client options.
+        // Test code only, no product.
+        .target(name: "PeerSyncWebSocketTestSupport",
+                dependencies: ["PeerSyncWebSocket", "PeerSyncAuth", "PeerSyncTransport", "PeerSyncTransportTesting", "PeerSyncCore"],
+                path: "Packages/WebSocket/Tests/PeerSyncWebSocketTestSupport", swiftSettings: swiftSettings),
         tests("PeerSyncWebSocketTests", folder: "WebSocket",
               dependencies: ["PeerSyncWebSocket", "PeerSyncWebSocketCodec", "PeerSyncPosix", "PeerSyncTransport",
-                             "PeerSyncTransportTesting", "PeerSyncAuth", "PeerSyncCore", "PeerSyncTestSupport"]),
+                             "PeerSyncTransportTesting", "PeerSyncAuth", "PeerSyncCore", "PeerSyncTestSupport",
+                             "PeerSyncWebSocketTestSupport"]),
 
         // MARK: BLIP
         .systemLibrary(name: "CZlib", path: "Packages/BLIP/Sources/CZlib",
@@ -252,9 +261,16 @@ let package = Package(
         // MARK: Replicator
         library("PeerSyncReplicator", folder: "Replicator",
                 dependencies: ["PeerSyncDatabase", "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncCore"]),
+        // The replicator's test harness (in-process peers on a loopback network, one-shot syncs,
+        // snapshots), shared by its unit tests and the convergence runs
+        // (Tests/PeerSyncConvergenceTests). Test code only, no product.
+        .target(name: "PeerSyncReplicatorTestSupport",
+                dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
+                               "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore"],
+                path: "Packages/Replicator/Tests/PeerSyncReplicatorTestSupport", swiftSettings: swiftSettings),
         tests("PeerSyncReplicatorTests", folder: "Replicator",
               dependencies: ["PeerSyncReplicator", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncBLIP",
-                             "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore"]),
+                             "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore", "PeerSyncReplicatorTestSupport"]),
 
         // MARK: WebSocket replication (the active side's ws(s):// connector; needs Replicator)
         library("PeerSyncWebSocketReplication", folder: "WebSocket",
@@ -444,6 +460,25 @@ let package = Package(
                 .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
             ],
             path: "Tests/StorageConformanceTests",
+            swiftSettings: swiftSettings
+        ),
+        // Interop with an independent WebSocket implementation: Python `websockets` as client
+        // and server, ws:// and wss:// (the interpreter: PEERSYNC_PYTHON, which Tools/test sets
+        // to its venv, else a venv the tests make).
+        .testTarget(
+            name: "PeerSyncInteropTests",
+            dependencies: ["PeerSyncWebSocket", "PeerSyncWebSocketTestSupport", "PeerSyncTestSupport",
+                           "PeerSyncTransportTesting", "PeerSyncTransport", "PeerSyncAuth", "PeerSyncCore"],
+            path: "Tests/PeerSyncInteropTests",
+            swiftSettings: swiftSettings
+        ),
+        // The convergence runs: 3 to 6 in-process peers, random edits and syncs (some cut
+        // part-way), seeded (PEERSYNC_CONVERGENCE_SEEDS=N), must end identical.
+        .testTarget(
+            name: "PeerSyncConvergenceTests",
+            dependencies: ["PeerSyncReplicatorTestSupport", "PeerSyncReplicator", "PeerSyncDatabase",
+                           "PeerSyncLoopback", "PeerSyncCore"],
+            path: "Tests/PeerSyncConvergenceTests",
             swiftSettings: swiftSettings
         ),
     ]

@@ -6,7 +6,7 @@ import Testing
 /// What an app gets from `import PeerSync` alone (this target depends on the `PeerSync`
 /// product only, and the build's import check refuses any other PeerSync import here): a
 /// database, a listener and a replicator created with `Replicator(config:)`, under Couchbase
-/// Lite's names.
+/// Lite's names (each name, item by item, in `CouchbaseLiteAPITests`).
 @Suite struct OneImportTests {
     /// Runs `body` with a fresh temporary folder, removed afterwards.
     func withFolder(_ body: (String) async throws -> Void) async throws {
@@ -73,25 +73,6 @@ import Testing
             await listener.stop()
             try await alice.delete()
             try await bob.delete()
-        }
-    }
-
-    /// The names a Couchbase Lite port writes first compile and mean the same here.
-    @Test func couchbaseLiteNamesAreThere() async throws {
-        try await withFolder { folder in
-            let db = try await Database(name: "names", config: DatabaseConfiguration(directory: folder))
-            var config = ReplicatorConfiguration(target: try URLEndpoint(url: URL(string: "wss://127.0.0.1:4984/names")!))
-            config.addCollection(try db.defaultCollection(), config: nil)
-            #expect(config.collectionConfig(try db.defaultCollection()) != nil)
-            #expect(config.heartbeat == ReplicatorConfiguration.defaultHeartbeat)
-            #expect(config.acceptOnlySelfSignedServerCertificate == ReplicatorConfiguration.defaultSelfSignedCertificateOnly)
-            config.heartbeatTimeInterval = 0       // Couchbase Lite: zero means the default
-            config.maxAttemptWaitTimeInterval = 0
-            config.authenticator = SessionAuthenticator(sessionID: "abc123")
-            let replicator = try Replicator(config: config)
-            #expect(replicator.config.heartbeatTimeInterval == 300)
-            #expect(replicator.config.maxAttemptWaitTimeInterval == 300)
-            try await db.close()
         }
     }
 }

@@ -1,6 +1,7 @@
 import PeerSyncCore
 import PeerSyncLoopback
 import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import PeerSyncTransport
 import Testing
 

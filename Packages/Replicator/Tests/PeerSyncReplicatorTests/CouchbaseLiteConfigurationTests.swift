@@ -2,12 +2,15 @@ import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import PeerSyncTransport
 import Testing
 
-/// `ReplicatorConfiguration` under Couchbase Lite's names (seed 002): the named defaults, zero
-/// meaning the default for the time settings, the `TimeInterval` forms, the collection
-/// methods; and the replicator's `removeChangeListener(withToken:)` and document events.
+/// `ReplicatorConfiguration` under Couchbase Lite's names (seed 002): zero meaning the default
+/// for the time settings, the `TimeInterval` forms, the collection methods; and the
+/// replicator's `removeChangeListener(withToken:)` and document events. (The named defaults and
+/// their values are checked through `import PeerSync` in `Tests/PeerSyncUmbrellaTests`,
+/// `CouchbaseLiteAPITests.staticDefaultsHaveTheValuesOfSeed002`.)
 @Suite struct CouchbaseLiteConfigurationTests {
     /// A connector that is never reached (the replicators here are not started).
     static let unreachable: ReplicatorConnector = { _ in
@@ -18,25 +21,6 @@ import Testing
         var config = ReplicatorConfiguration(target: peer.endpoint)
         config.addCollection(try peer.defaultCollection)
         return config
-    }
-
-    @Test func defaultsHaveCouchbaseLitesNamesAndValues() async throws {
-        #expect(ReplicatorConfiguration.defaultType == .pushAndPull)
-        #expect(ReplicatorConfiguration.defaultContinuous == false)
-        #expect(ReplicatorConfiguration.defaultHeartbeat == .seconds(300))
-        #expect(ReplicatorConfiguration.defaultMaxAttemptsSingleShot == 10)
-        #expect(ReplicatorConfiguration.defaultMaxAttemptsContinuous == Int.max)
-        #expect(ReplicatorConfiguration.defaultMaxAttemptWaitTime == .seconds(300))
-        #expect(ReplicatorConfiguration.defaultEnableAutoPurge == true)
-
-        let config = ReplicatorConfiguration(target: try Endpoint(url: "ws://127.0.0.1:4984/db"))
-        #expect(config.replicatorType == ReplicatorConfiguration.defaultType)
-        #expect(config.continuous == ReplicatorConfiguration.defaultContinuous)
-        #expect(config.heartbeat == ReplicatorConfiguration.defaultHeartbeat)
-        #expect(config.maxAttemptWaitTime == ReplicatorConfiguration.defaultMaxAttemptWaitTime)
-        #expect(config.enableAutoPurge == ReplicatorConfiguration.defaultEnableAutoPurge)
-        #expect(config.heartbeatTimeInterval == 300)
-        #expect(config.maxAttemptWaitTimeInterval == 300)
     }
 
     /// Seconds and `Duration` are one setting; zero means the default (the replicator's

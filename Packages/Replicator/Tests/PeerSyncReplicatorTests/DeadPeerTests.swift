@@ -3,6 +3,7 @@ import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import PeerSyncTransport
 import Synchronization
 import Testing

@@ -2,6 +2,7 @@ import PeerSyncCore
 @_spi(Replication) import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import Testing
 
 /// A mesh peer hears of each new revision from several neighbours at about the same time. The

@@ -4,6 +4,7 @@ import PeerSyncCore
 @_spi(Replication) import PeerSyncDatabase
 import PeerSyncLoopback
 @testable import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import Synchronization
 import Testing
 

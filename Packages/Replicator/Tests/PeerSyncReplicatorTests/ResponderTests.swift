@@ -3,6 +3,7 @@ import PeerSyncBLIP
 import PeerSyncCore
 import PeerSyncDatabase
 @testable import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import Testing
 
 /// The ``Responder`` alone (a passive context with only its handlers) against a raw BLIP

@@ -4,6 +4,7 @@ import PeerSyncCore
 @_spi(Replication) import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import PeerSyncTransport
 import Synchronization
 import Testing

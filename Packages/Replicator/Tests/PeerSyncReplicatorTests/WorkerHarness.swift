@@ -4,6 +4,7 @@ import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncLoopback
 @testable import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import PeerSyncTransport
 import Synchronization
 

@@ -13,7 +13,7 @@ enum AcceptOnlySelfSignedServerCertificateOption: ReplicatorConnectorOptionKey {
 }
 
 enum HeadersOption: ReplicatorConnectorOptionKey {
-    static let defaultValue: [String: String] = [:]
+    static let defaultValue: [String: String]? = nil
 }
 
 enum NetworkInterfaceOption: ReplicatorConnectorOptionKey {
@@ -46,9 +46,9 @@ extension ReplicatorConfiguration {
 
     /// Extra HTTP headers of the WebSocket upgrade request (Couchbase Lite's `headers`), sent
     /// in name order. An `Authorization` header is replaced by a `BasicAuthenticator`'s; a
-    /// `SessionAuthenticator`'s cookie is appended to a `Cookie` header. Default empty (Couchbase
-    /// Lite's is an optional dictionary, nil by default: the same thing).
-    public var headers: [String: String] {
+    /// `SessionAuthenticator`'s cookie is appended to a `Cookie` header. Default nil: no extra
+    /// header (an empty dictionary is the same).
+    public var headers: [String: String]? {
         get { connectorOptions[HeadersOption.self] }
         set { connectorOptions[HeadersOption.self] = newValue }
     }

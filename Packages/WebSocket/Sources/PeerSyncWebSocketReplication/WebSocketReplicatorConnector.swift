@@ -73,7 +73,7 @@ public struct WebSocketReplicatorConnector: Sendable {
         options.subprotocols = Self.subprotocols
         options.connectTimeout = connectTimeout
         options.handshakeTimeout = connectTimeout
-        for (name, value) in config.headers.sorted(by: { $0.key < $1.key }) { options.headers.add(name, value) }
+        for (name, value) in (config.headers ?? [:]).sorted(by: { $0.key < $1.key }) { options.headers.add(name, value) }
         options.connection.heartbeatInterval = config.heartbeat
         // A ping unanswered for this long drops the connection (the replicator then goes
         // offline and retries); never longer than the replicator waits for a reply.

@@ -19,7 +19,7 @@ import Testing
         let config = try Self.configuration("wss://127.0.0.1:4984/db")
         #expect(config.pinnedServerCertificate == nil)
         #expect(config.acceptOnlySelfSignedServerCertificate == false)
-        #expect(config.headers.isEmpty)
+        #expect(config.headers == nil)
         #expect(config.networkInterface == nil)
         let options = try WebSocketReplicatorConnector().options(for: config)
         #expect(options.tls?.serverTrust == .systemRoots)

@@ -2,6 +2,7 @@ import Foundation
 import PeerSyncCore
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
+import PeerSyncWebSocketTestSupport
 import Testing
 
 /// Hostile or broken clients against one server: each gets the right HTTP status or close

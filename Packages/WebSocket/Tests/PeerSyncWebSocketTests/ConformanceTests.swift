@@ -2,6 +2,7 @@ import PeerSyncCore
 import PeerSyncTransport
 import PeerSyncTransportTesting
 @testable import PeerSyncWebSocket
+import PeerSyncWebSocketTestSupport
 import Testing
 
 /// The transport conformance suite (PeerSyncTransportTesting) over real sockets on 127.0.0.1.

@@ -2,6 +2,7 @@ import PeerSyncCore
 import PeerSyncPosix
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
+import PeerSyncWebSocketTestSupport
 import Testing
 
 /// Issue 9 §4: after a burst of connections the listener stayed hundreds of MB above its idle

@@ -1,6 +1,8 @@
 import PeerSyncCore
+import PeerSyncTestSupport
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
+import PeerSyncWebSocketTestSupport
 import Testing
 
 /// Issue 9 §4: unfinished incoming messages of all connections of a server share one memory

@@ -2,77 +2,11 @@ import Foundation
 import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncPosix
+import PeerSyncTestSupport
 import PeerSyncTransport
 import PeerSyncTransportTesting
 @testable import PeerSyncWebSocket
 import Testing
-
-/// A self-signed server identity for 127.0.0.1, created once per test process.
-enum TestIdentities {
-    private static let cache = LockedValue<TLSIdentity?>(nil)
-
-    static func server() throws -> TLSIdentity {
-        try cache.withLock { cached in
-            if let cached { return cached }
-            let identity = try TLSIdentity.createIdentity(
-                for: [.serverAuth, .clientAuth],
-                attributes: [certAttrCommonName: "PeerSync Test", certAttrIPAddress: "127.0.0.1", certAttrHostname: "localhost"])
-            cached = identity
-            return identity
-        }
-    }
-
-    static func serverTLS() throws -> TLSConfiguration {
-        .server(identity: try server())
-    }
-
-    /// A client configuration that pins the test server's certificate.
-    static func clientTLS() throws -> TLSConfiguration {
-        .client(serverName: "127.0.0.1", serverTrust: .pinned(try server().certificate))
-    }
-}
-
-/// Starts a server with one echo route (any path) and returns it.
-func startEchoServer(tls: Bool = false, subprotocols: [String] = [], requireSubprotocol: Bool = true,
-                     connection: WebSocketConfiguration = WebSocketConfiguration(),
-                     authenticate: (@Sendable (HTTPRequest, WebSocketRequestContext) async -> WebSocketAuthResult)? = nil,
-                     configure: (inout WebSocketServerConfiguration) -> Void = { _ in }) async throws -> WebSocketServer {
-    var configuration = WebSocketServerConfiguration()
-    configuration.host = "127.0.0.1"
-    configuration.port = 0
-    configuration.connection = connection
-    configuration.handshakeTimeout = TestTiming.slow(configuration.handshakeTimeout)
-    if tls { configuration.tls = try TestIdentities.serverTLS() }
-    configure(&configuration)
-    let route = WebSocketRoute(path: nil, subprotocols: subprotocols, requireSubprotocol: requireSubprotocol,
-                               authenticate: authenticate) { connection in
-        await echo(connection)
-    }
-    return try await WebSocketServer.start(configuration: configuration, routes: [route])
-}
-
-/// Echoes every message until the connection ends; echoes "close:<code>" as a close.
-func echo(_ connection: WebSocketConnection) async {
-    do {
-        while let message = try await connection.receive() {
-            if case .text(let text) = message, text.hasPrefix("close:"), let code = UInt16(text.dropFirst(6)) {
-                await connection.close(code: CloseCode(rawValue: code), reason: "asked to")
-                return
-            }
-            try await connection.send(message)
-        }
-    } catch {}
-}
-
-func clientOptions(tls: Bool = false) throws -> WebSocketClientOptions {
-    var options = WebSocketClientOptions()
-    if tls { options.tls = try TestIdentities.clientTLS() }
-    // Generous: these only bound a failure, and CI machines can be heavily loaded (and
-    // sanitized builds are many times slower).
-    options.connectTimeout = TestTiming.slow(.seconds(20))
-    options.handshakeTimeout = TestTiming.slow(.seconds(20))
-    return options
-}
 
 func endpoint(_ server: WebSocketServer, tls: Bool = false, path: String = "/echo") throws -> Endpoint {
     try Endpoint(url: "\(tls ? "wss" : "ws")://127.0.0.1:\(server.port)\(path)")
@@ -98,24 +32,6 @@ func residentMegabytes() -> Double {
         return kb / 1024
     }
     return -1
-}
-
-/// Runs `body` with a time limit; records an issue and throws if it is exceeded.
-func withTimeout<T: Sendable>(_ seconds: Double, _ what: String = "operation",
-                              _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: .seconds(seconds))
-            return nil
-        }
-        guard let first = try await group.next() else { throw PeerSyncError(.internalError, "no result") }
-        group.cancelAll()
-        guard let value = first else {
-            throw PeerSyncError(.timeout, "\(what) did not finish within \(seconds) s")
-        }
-        return value
-    }
 }
 
 /// A raw TCP client for sending hand-made bytes to a server.

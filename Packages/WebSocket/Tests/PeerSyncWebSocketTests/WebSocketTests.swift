@@ -2,8 +2,10 @@ import Foundation
 import PeerSyncAuth
 import PeerSyncCore
 import PeerSyncPosix
+import PeerSyncTestSupport
 import PeerSyncTransport
 @testable import PeerSyncWebSocket
+import PeerSyncWebSocketTestSupport
 import Testing
 
 @Suite("WebSocket client and server", .timeLimit(.minutes(2)))
@@ -644,12 +646,6 @@ final class RecordedRequests: Sendable {
     var all: [HTTPRequest] { requests.withLock { $0 } }
 }
 
-final class ConnectionBox: Sendable {
-    private let value = LockedValue<WebSocketConnection?>(nil)
-    func set(_ connection: WebSocketConnection) { value.withLock { $0 = connection } }
-    func get() -> WebSocketConnection? { value.withLock { $0 } }
-}
-
 final class RecordedMessages: Sendable {
     private let messages = LockedValue<[TransportMessage]>([])
     func add(_ message: TransportMessage) { messages.withLock { $0.append(message) } }
@@ -660,27 +656,4 @@ final class Counter: Sendable {
     private let count = LockedValue(0)
     func add(_ n: Int) { count.withLock { $0 += n } }
     var value: Int { count.withLock { $0 } }
-}
-
-/// A one-shot gate tasks can wait on.
-final class AsyncLatch: Sendable {
-    private let state = LockedValue<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-    func open() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            s.open = true
-            defer { s.waiters = [] }
-            return s.waiters
-        }
-        for w in waiters { w.resume() }
-    }
-    func wait() async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { s -> Bool in
-                if s.open { return true }
-                s.waiters.append(c)
-                return false
-            }
-            if now { c.resume() }
-        }
-    }
 }

@@ -3,6 +3,7 @@ import PeerSyncCore
 @_spi(Replication) import PeerSyncDatabase
 import PeerSyncLoopback
 import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import Testing
 
 typealias SeededRandom = SplitMix64

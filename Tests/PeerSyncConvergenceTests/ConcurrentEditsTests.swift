@@ -2,6 +2,7 @@ import Foundation
 import PeerSyncCore
 @_spi(Replication) import PeerSyncDatabase
 import PeerSyncReplicator
+import PeerSyncReplicatorTestSupport
 import Testing
 
 @Suite struct ConcurrentEditsTests {

@@ -1,8 +1,10 @@
 import Foundation
 import PeerSyncAuth
 import PeerSyncCore
+import PeerSyncTestSupport
 import PeerSyncTransport
-@testable import PeerSyncWebSocket
+import PeerSyncWebSocket
+import PeerSyncWebSocketTestSupport
 import Testing
 
 /// Interop with an independent implementation: Python `websockets` (see ``PythonPeer`` for
