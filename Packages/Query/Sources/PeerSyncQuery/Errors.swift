@@ -8,7 +8,7 @@ extension PeerSyncError.Code {
     public static let invalidQuery = Self(rawValue: "invalidQuery")
 }
 
-/// Where a SQL++ string stops parsing: the ``PeerSyncError/detail`` of an `.invalidQuery` error
+/// Where a SQL++ string stops parsing: the `PeerSyncError.detail` of an `.invalidQuery` error
 /// thrown by `Database.createQuery(_:)`. Read it with `error.detail(as: QuerySyntaxError.self)`.
 public struct QuerySyntaxError: PeerSyncErrorDetail {
     /// The offset of the offending token in the query string, in characters (0-based).

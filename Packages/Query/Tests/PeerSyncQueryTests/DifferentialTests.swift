@@ -86,13 +86,17 @@ import Testing
                     let b = DifferentialTests.canonical(theirs, ordered: ordered)
                     let c = DifferentialTests.canonical(oursParsed, ordered: ordered)
                     if a != b || a != c {
+                        // The first row where the answers part, and a few rows from there.
+                        var first = 0
+                        while first < a.count, first < b.count, first < c.count, a[first] == b[first], a[first] == c[first] { first += 1 }
                         mismatches.append("""
                             query \(i) on \(backend.rawValue) (seed \(DifferentialTests.seed)): \(sql)
                               parameters: \(spec.parameters)
-                              PeerSync (builder): \(a.prefix(8))
-                              PeerSync (SQL++):   \(c.prefix(8))
-                              SQLite:             \(b.prefix(8))
-                              oracle SQL: \(oracleSQL.prefix(3000))
+                              rows: \(a.count) (builder), \(c.count) (SQL++), \(b.count) (SQLite); first difference at row \(first)
+                              PeerSync (builder): \(a.dropFirst(first).prefix(3))
+                              PeerSync (SQL++):   \(c.dropFirst(first).prefix(3))
+                              SQLite:             \(b.dropFirst(first).prefix(3))
+                              oracle SQL: \(oracleSQL.prefix(1500))
                             """)
                     } else if backend != backends[0], answers[i] != a {
                         mismatches.append("query \(i): \(backend.rawValue) differs from \(backends[0].rawValue): \(sql)")
@@ -248,7 +252,8 @@ struct Generator {
             }
             if chance(0.5) { body["o"] = ["p": .array([scalar(), scalar()]), "q": ["r": scalar()]] }
             if chance(0.3) { body["名"] = .string(pick(Generator.words)) }
-            let id = chance(0.1) ? "é\(i)" : String(format: "d%03d", (i * 37) % count)
+            // Unicode IDs sort after ASCII ones; caseless, since UPPER(meta().id) must match SQLite's ASCII-only upper().
+            let id = chance(0.1) ? "日\(i)" : String(format: "d%03d", (i * 37) % count)
             out.append(Doc(id: id, body: body, deleted: chance(0.08), expiration: chance(0.1) ? 4_000_000_000_000 + Int64(int(1...1000)) * 1_000_000 : nil))  // far in the future: never purged
         }
         // IDs are unique: later duplicates get a suffix.
