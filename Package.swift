@@ -13,6 +13,7 @@
 // | Packages/SQLite    | PeerSyncSQLite            | Storage                    | CSQLite (sqlite3)  |
 // | Packages/LMDB      | PeerSyncLMDB              | Storage                    | CLMDB (lmdb)       |
 // | Packages/Database  | PeerSyncDatabase          | Storage                    | —                  |
+// | Packages/Query    | PeerSyncQuery             | Database (scan; pure AST/parser/evaluator) | — |
 // | Packages/Transport | PeerSyncTransport         | Core                       | —                  |
 // |                    | PeerSyncTransportTesting  | Transport (conformance)    | —                  |
 // | Packages/Loopback  | PeerSyncLoopback          | Transport                  | —                  |
@@ -96,6 +97,7 @@ let package = Package(
         .library(name: "PeerSyncSQLite", targets: ["PeerSyncSQLite"]),
         .library(name: "PeerSyncLMDB", targets: ["PeerSyncLMDB"]),
         .library(name: "PeerSyncDatabase", targets: ["PeerSyncDatabase"]),
+        .library(name: "PeerSyncQuery", targets: ["PeerSyncQuery"]),
         .library(name: "PeerSyncTransport", targets: ["PeerSyncTransport"]),
         .library(name: "PeerSyncTransportTesting", targets: ["PeerSyncTransportTesting"]),
         .library(name: "PeerSyncLoopback", targets: ["PeerSyncLoopback"]),
@@ -180,6 +182,16 @@ let package = Package(
               dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "database-test-child", "PeerSyncTestSupport",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                              .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"]))]),
+
+        // MARK: Query
+        library("PeerSyncQuery", folder: "Query", dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore"]),
+        // The differential test compares with SQLite's JSON functions through the baseline
+        // target (the one place besides PeerSyncSQLite that calls libsqlite3).
+        tests("PeerSyncQueryTests", folder: "Query",
+              dependencies: ["PeerSyncQuery", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore",
+                             .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                             .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
+                             .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"]))]),
 
         // MARK: Transport
         library("PeerSyncTransport", folder: "Transport", dependencies: ["PeerSyncCore"]),
@@ -316,7 +328,7 @@ let package = Package(
         .target(
             name: "PeerSync",
             dependencies: [
-                "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase",
+                "PeerSyncCore", "PeerSyncStorage", "PeerSyncDatabase", "PeerSyncQuery",
                 "PeerSyncTransport", "PeerSyncAuth", "PeerSyncWebSocket", "PeerSyncReplicator",
                 "PeerSyncWebSocketReplication", "PeerSyncListener",
                 .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),

@@ -1,3 +1,4 @@
+import Foundation
 import PeerSyncCore
 import PeerSyncStorage
 
@@ -124,6 +125,29 @@ public final class DatabaseReadTransaction {
     /// The current revision of a document, or nil if missing or deleted.
     public func document(id: String, in collection: Collection) throws -> Document? {
         try engine(collection).document(id: id, reader)
+    }
+
+    /// Calls `body` with every document of `collection`, in document-ID order (UTF-8 byte
+    /// order), until it returns `false`. Deleted documents (tombstones) are included only when
+    /// `includeDeleted` is true (default false). Bodies are parsed lazily, when `body` reads
+    /// ``Document/properties``. This is the scan a query runs (PeerSyncQuery).
+    ///
+    /// Errors: `.notFound` if the collection does not exist, `.corrupt` for a stored body that
+    /// is not a JSON object, `.closed` after the batch ended; errors `body` throws are rethrown.
+    public func forEachDocument(in collection: Collection, includeDeleted: Bool = false,
+                                _ body: (Document) throws -> Bool) throws {
+        let engine = try engine(collection)
+        try reader.enumerate(in: engine.spec.documentsKeyspace) { record in
+            if !includeDeleted && record.flags.contains(.deleted) { return true }
+            return try body(try engine.makeDocument(record))
+        }
+    }
+
+    /// The expiration time of document `id`, nil if none is set (see
+    /// ``Collection/getDocumentExpiration(id:)``). Errors: `.notFound` for a missing
+    /// collection, `.invalidDocumentID` for an invalid ID, `.closed` after the batch ended.
+    public func expiration(ofDocument id: String, in collection: Collection) throws -> Date? {
+        try engine(collection).expiration(id: id, reader)
     }
 
     /// Like ``Collection/revisions(of:)``.

@@ -2,7 +2,7 @@
 // module its enabled traits build:
 //
 // - always: the value types (PeerSyncCore), storage (PeerSyncStorage), the database
-//   (PeerSyncDatabase), the replicator (PeerSyncReplicator) with its `ws://`/`wss://` connector
+//   (PeerSyncDatabase), queries (PeerSyncQuery: `QueryBuilder`, `Database.createQuery`), the replicator (PeerSyncReplicator) with its `ws://`/`wss://` connector
 //   and `Replicator(config:)` (PeerSyncWebSocketReplication), the listener
 //   (PeerSyncListener, `URLEndpointListener`), the WebSocket transport (PeerSyncWebSocket) and
 //   the transport protocols (PeerSyncTransport: `Endpoint`/`URLEndpoint`, authenticators), TLS
@@ -19,6 +19,7 @@
 @_exported import PeerSyncCore
 @_exported import PeerSyncStorage
 @_exported import PeerSyncDatabase
+@_exported import PeerSyncQuery
 @_exported import PeerSyncTransport
 @_exported import PeerSyncAuth
 @_exported import PeerSyncWebSocket

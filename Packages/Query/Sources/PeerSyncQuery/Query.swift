@@ -1,0 +1,164 @@
+import PeerSyncCore
+import PeerSyncDatabase
+
+/// A query over one collection (Couchbase Lite's `Query`), built with ``QueryBuilder`` or
+/// parsed from SQL++ by `Database.createQuery(_:)`. The builder methods (`where`, `groupBy`,
+/// `having`, `orderBy`, `limit`) return a new query and leave this one unchanged.
+///
+/// Running it (``execute()``) scans the collection in document-ID order inside one read
+/// transaction of the database (a consistent snapshot), on one of its reader threads; value
+/// indexes are not implemented yet, so every query is a scan (``explain()`` says so).
+///
+/// Thread-safe: share it between tasks; ``parameters`` may be changed between runs.
+public final class Query: Sendable, CustomStringConvertible {
+    /// The database the query reads.
+    public let database: Database
+    /// The collection given by `DataSource.collection(_:)`; nil for SQL++, which names it.
+    let collection: Collection?
+    let plan: QueryPlan
+    private let boundParameters = LockedValue<Parameters?>(nil)
+
+    init(database: Database, collection: Collection?, plan: QueryPlan) {
+        self.database = database
+        self.collection = collection
+        self.plan = plan
+    }
+
+    /// Values for the query's `$name` parameters; a copy is taken when set. Nil (the default):
+    /// every parameter is MISSING.
+    public var parameters: Parameters? {
+        get { boundParameters.withLock { $0 } }
+        set { boundParameters.withLock { $0 = newValue.map { Parameters($0) } } }
+    }
+
+    /// The query as SQL++ text (what `Database.createQuery(_:)` parses back into the same query).
+    public var description: String { SQLPrinter.query(plan) }
+
+    /// The names of the result columns, in order (see ``Result``).
+    public var columnNames: [String] { plan.columnNames }
+
+    // MARK: Building
+
+    private func with(_ change: (inout QueryPlan) -> Void) -> Query {
+        var copy = plan
+        change(&copy)
+        let query = Query(database: database, collection: collection, plan: copy)
+        query.parameters = parameters
+        return query
+    }
+
+    /// `WHERE condition`: keeps the documents for which `condition` is true (MISSING, NULL
+    /// and false drop the document).
+    public func `where`(_ condition: Expression) -> Query { with { $0.whereClause = condition.node } }
+    /// `GROUP BY expressions…`: one row per distinct combination of values (MISSING and NULL
+    /// are distinct groups).
+    public func groupBy(_ expressions: Expression...) -> Query { groupBy(expressions) }
+    /// `GROUP BY` from an array.
+    public func groupBy(_ expressions: [Expression]) -> Query { with { $0.groupBy = expressions.map(\.node) } }
+    /// `HAVING condition`: keeps the groups for which `condition` is true.
+    public func having(_ condition: Expression) -> Query { with { $0.having = condition.node } }
+    /// `ORDER BY orderings…` (Couchbase Lite collation; rows equal on every key keep
+    /// document-ID order).
+    public func orderBy(_ orderings: Ordering...) -> Query { orderBy(orderings) }
+    /// `ORDER BY` from an array.
+    public func orderBy(_ orderings: [Ordering]) -> Query { with { $0.orderBy = orderings.map(\.key) } }
+    /// `LIMIT limit [OFFSET offset]`: both must evaluate to numbers (parameters allowed);
+    /// negative values count as 0. Errors at ``execute()``: `.invalidQuery` for a non-number.
+    public func limit(_ limit: Expression, offset: Expression? = nil) -> Query {
+        with { $0.limit = limit.node; $0.offset = offset?.node }
+    }
+
+    // MARK: Running
+
+    /// Runs the query and returns every row.
+    ///
+    /// Isolation: a read (see "Isolation" on `Database`): one read transaction on one of the
+    /// database's reader threads; the caller suspends until it is done.
+    /// Errors: `.invalidQuery` for a collection that does not exist (SQL++), an aggregate in
+    /// `WHERE`, a non-numeric `LIMIT`/`OFFSET`, an invalid regular expression, a wrong number
+    /// of function arguments; `.closed` if the database is closed; storage errors.
+    public func execute() async throws -> ResultSet {
+        let collection = try await resolveCollection()
+        let plan = self.plan
+        let parameters = self.parameters?.dictionary ?? [:]
+        let includeDeleted = plan.includesDeleted
+        let readsExpiration = plan.readsExpiration
+        let rows = try await database.inReadBatch { transaction in
+            try Executor(plan: plan, parameters: parameters).run { visit in
+                try transaction.forEachDocument(in: collection, includeDeleted: includeDeleted) { document in
+                    var expiration: Int64?
+                    if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
+                        expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
+                    }
+                    return try visit(QueryDocument(id: document.id, sequence: document.sequence,
+                                                   revisionID: document.revisionID ?? "", isDeleted: document.isDeleted,
+                                                   expiration: expiration, properties: document.properties))
+                }
+            }
+        }
+        return ResultSet(columnNames: plan.columnNames, rows: rows)
+    }
+
+    /// A readable description of how the query runs: the SQL++ text, then one step per line
+    /// (scan, filter, group, sort, limit, projection). Every query is a full scan for now:
+    /// value indexes are not implemented yet. Errors: `.invalidQuery` as for ``execute()``
+    /// when the collection does not exist.
+    public func explain() async throws -> String {
+        let collection = try await resolveCollection()
+        return QueryExplainer.explain(plan, collection: collection.fullName)
+    }
+
+    private func resolveCollection() async throws -> Collection {
+        if let collection { return collection }
+        guard let found = try await database.collection(name: plan.source.collection, scope: plan.source.scope) else {
+            throw PeerSyncError(.invalidQuery, "no such collection",
+                                context: ["collection": "\(plan.source.scope ?? "_default").\(plan.source.collection)"])
+        }
+        return found
+    }
+}
+
+extension Database {
+    /// Parses a SQL++ query (Couchbase Lite's `createQuery`):
+    ///
+    /// ```swift
+    /// let query = try db.createQuery("SELECT meta().id, title FROM tasks WHERE done = false ORDER BY date DESC LIMIT 20")
+    /// ```
+    ///
+    /// `FROM` names a collection: `_` or `_default` (the default collection), `name` (a
+    /// collection of the default scope) or `scope.name`, optionally `AS alias`. The collection
+    /// is looked up when the query runs. The subset understood is listed in the package README.
+    ///
+    /// Errors: `.invalidQuery` with a ``QuerySyntaxError`` detail (offset, line, column of the
+    /// offending token) for text that does not parse.
+    public func createQuery(_ sql: String) throws -> Query {
+        let plan = try SQLParser.parse(sql)
+        return Query(database: self, collection: nil, plan: plan)
+    }
+}
+
+/// ``Query/explain()``'s text.
+enum QueryExplainer {
+    static func explain(_ plan: QueryPlan, collection: String) -> String {
+        var lines = [SQLPrinter.query(plan)]
+        lines.append("SCAN COLLECTION \(collection)\(plan.source.alias.map { " AS \($0)" } ?? "") "
+                     + "(full scan in document-ID order, no index: value indexes are not implemented yet; "
+                     + (plan.includesDeleted ? "deleted documents included" : "deleted documents skipped") + ")")
+        if let w = plan.whereClause { lines.append("FILTER \(SQLPrinter.expression(w))") }
+        if plan.isAggregate {
+            lines.append(plan.groupBy.isEmpty ? "AGGREGATE (one group)"
+                         : "GROUP BY \(plan.groupBy.map(SQLPrinter.expression).joined(separator: ", "))")
+        }
+        if let h = plan.having { lines.append("HAVING \(SQLPrinter.expression(h))") }
+        if plan.distinct { lines.append("DISTINCT") }
+        if !plan.orderBy.isEmpty {
+            lines.append("SORT BY " + plan.orderBy.map { SQLPrinter.expression($0.expression) + ($0.descending ? " DESC" : "") }
+                .joined(separator: ", "))
+        }
+        if let o = plan.offset { lines.append("OFFSET \(SQLPrinter.expression(o))") }
+        if let l = plan.limit { lines.append("LIMIT \(SQLPrinter.expression(l))") }
+        lines.append("PROJECT " + zip(plan.columns, plan.columnNames).map { "\(SQLPrinter.expression($0.expression)) AS \($1)" }
+            .joined(separator: ", "))
+        return lines.joined(separator: "\n")
+    }
+}
