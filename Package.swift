@@ -36,6 +36,7 @@
 // | Tools/peersync     | peersync (executable)     | PeerSync                   | —                  |
 // | Tests/             | PeerSyncTestSupport       | Core (test code, no product) | —                |
 // | Packages/WebSocket/Tests | PeerSyncWebSocketTestSupport | WebSocket (test code, no product) | —     |
+// | Packages/Database/Tests | PeerSyncDatabaseTestSupport | Storage (test code, no product) | —       |
 // | Packages/Replicator/Tests | PeerSyncReplicatorTestSupport | Replicator, Loopback (test code, no product) | — |
 // | Tools/baselines    | PeerSyncSQLiteBaseline    | Core (no product)          | CSQLite (sqlite3)  |
 // |                    | PeerSyncLMDBBaseline      | Storage (no product)       | CLMDB (lmdb)       |
@@ -178,8 +179,16 @@ let package = Package(
             path: "Packages/Database/Tests/DatabaseTestChild",
             swiftSettings: swiftSettings
         ),
+        // The storage backends a test body runs over (`Backend`), for the database's tests and
+        // those of the packages built on it. Test code only, no product.
+        .target(name: "PeerSyncDatabaseTestSupport",
+                dependencies: ["PeerSyncStorage",
+                               .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
+                               .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"]))],
+                path: "Packages/Database/Tests/PeerSyncDatabaseTestSupport", swiftSettings: swiftSettings),
         tests("PeerSyncDatabaseTests", folder: "Database",
               dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "database-test-child", "PeerSyncTestSupport",
+                             "PeerSyncDatabaseTestSupport",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                              .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"]))]),
 
@@ -188,7 +197,7 @@ let package = Package(
         // The differential test compares with SQLite's JSON functions through the baseline
         // target (the one place besides PeerSyncSQLite that calls libsqlite3).
         tests("PeerSyncQueryTests", folder: "Query",
-              dependencies: ["PeerSyncQuery", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore",
+              dependencies: ["PeerSyncQuery", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "PeerSyncDatabaseTestSupport",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                              .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                              .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"]))]),

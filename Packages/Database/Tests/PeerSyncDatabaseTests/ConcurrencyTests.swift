@@ -1,5 +1,6 @@
 import Foundation
 import PeerSyncCore
+import PeerSyncDatabaseTestSupport
 import Testing
 @_spi(Replication) @testable import PeerSyncDatabase
 

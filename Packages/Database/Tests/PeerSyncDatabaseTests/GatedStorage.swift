@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import PeerSyncCore
+import PeerSyncDatabaseTestSupport
 import PeerSyncStorage
 @testable import PeerSyncDatabase
 

@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
+import PeerSyncDatabaseTestSupport
 import Testing
 @_spi(Replication) @testable import PeerSyncDatabase
 

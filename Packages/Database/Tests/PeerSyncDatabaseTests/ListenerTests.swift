@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import PeerSyncCore
 import PeerSyncStorage
+import PeerSyncDatabaseTestSupport
 import Testing
 @testable import PeerSyncDatabase
 

@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncTestSupport
+import PeerSyncDatabaseTestSupport
 import Testing
 @testable import PeerSyncDatabase
 
@@ -23,7 +24,7 @@ extension ChildProcess {
 
     /// Two processes save 2,000 documents each into one database at the same time; both end
     /// with all 4,000, and each was notified of every document the other saved.
-    @Test(arguments: Backend.multiProcess)
+    @Test(arguments: Backend.onDisk)
     func twoProcessesWriteOneDatabase(_ backend: Backend) async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
@@ -60,7 +61,7 @@ extension ChildProcess {
     /// While another process holds a write transaction open (an import, say), opening the
     /// database, counting, reading and checking it here do not wait for that writer: all of
     /// it is done before the child is even told to commit (an ordering, not a timing).
-    @Test(arguments: Backend.multiProcess)
+    @Test(arguments: Backend.onDisk)
     func openingAndReadingDoNotWaitForAnotherProcessWriting(_ backend: Backend) async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
@@ -98,7 +99,7 @@ extension ChildProcess {
 
     /// A child saving documents is killed with SIGKILL again and again; after each kill the
     /// database reopens cleanly and holds every document the child reported as saved.
-    @Test(arguments: Backend.multiProcess)
+    @Test(arguments: Backend.onDisk)
     func killedWriterLosesNothingItReported(_ backend: Backend) async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }

@@ -1,5 +1,6 @@
 import Foundation
 import PeerSyncCore
+import PeerSyncDatabaseTestSupport
 import Testing
 @testable import PeerSyncDatabase
 

@@ -2,53 +2,9 @@ import Foundation
 import PeerSyncCore
 import PeerSyncStorage
 import Synchronization
+import PeerSyncDatabaseTestSupport
 import Testing
 @testable import PeerSyncDatabase
-#if SQLite && canImport(PeerSyncSQLite)
-import PeerSyncSQLite
-#endif
-#if LMDB && canImport(PeerSyncLMDB)
-import PeerSyncLMDB
-#endif
-
-/// The storage backends the tests run over (those whose traits are enabled).
-enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case memory, sqlite, lmdb
-
-    static var available: [Backend] {
-        var out: [Backend] = [.memory]
-        #if SQLite && canImport(PeerSyncSQLite)
-        out.append(.sqlite)
-        #endif
-        #if LMDB && canImport(PeerSyncLMDB)
-        out.append(.lmdb)
-        #endif
-        return out
-    }
-
-    /// Backends that several processes can open at once.
-    static var multiProcess: [Backend] { available.filter { $0 != .memory } }
-
-    func make() -> any StorageBackend {
-        switch self {
-        case .memory: return MemoryStorageBackend()
-        case .sqlite:
-            #if SQLite && canImport(PeerSyncSQLite)
-            return SQLiteStorageBackend()
-            #else
-            return MemoryStorageBackend()
-            #endif
-        case .lmdb:
-            #if LMDB && canImport(PeerSyncLMDB)
-            return LMDBStorageBackend()
-            #else
-            return MemoryStorageBackend()
-            #endif
-        }
-    }
-
-    var testDescription: String { rawValue }
-}
 
 /// A fresh temporary directory, removed by `remove()`.
 struct TempDirectory: Sendable {

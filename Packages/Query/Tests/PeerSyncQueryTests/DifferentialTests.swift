@@ -3,6 +3,7 @@ import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncSQLiteBaseline
+import PeerSyncDatabaseTestSupport
 import Testing
 @testable import PeerSyncQuery
 

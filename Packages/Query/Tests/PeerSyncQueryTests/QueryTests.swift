@@ -1,6 +1,7 @@
 import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
+import PeerSyncDatabaseTestSupport
 import Testing
 @testable import PeerSyncQuery
 
