@@ -29,7 +29,7 @@ final class TLSEngine: Sendable {
         var sentCloseNotify = false
 
         /// Moves OpenSSL's pending output into `outbound`.
-        mutating func collectOutput() { outbound.append(contentsOf: ssl.takeOutput()) }
+        mutating func collectOutput() { ssl.takeOutput(appendingTo: &outbound) }
     }
 
     /// Protects the `SSLHandle` (the lock the C handle lives under) and the state around it.
@@ -109,7 +109,7 @@ final class TLSEngine: Sendable {
         }
     }
 
-    func writeStep(_ bytes: [UInt8]) throws(PeerSyncError) {
+    func writeStep(_ bytes: ArraySlice<UInt8>) throws(PeerSyncError) {
         try state.withLock { (s: inout State) throws(PeerSyncError) in
             if let failure = s.failure { throw failure }
             if s.sentCloseNotify { throw PeerSyncError(.closed, "the TLS stream's output is shut down") }

@@ -181,7 +181,7 @@ public final class TLSStream: ByteStream {
                 throw error
             case .wantRead:
                 let bytes: [UInt8]?
-                do { bytes = try await underlying.read(maxBytes: 32 * 1024) } catch { throw mapUnderlying(error) }
+                do { bytes = try await underlying.read(maxBytes: 64 * 1024) } catch { throw mapUnderlying(error) }
                 guard let bytes else {
                     let error = PeerSyncError(.tlsError, "the peer closed the connection without TLS close_notify")
                     connection.fail(error)
@@ -196,10 +196,10 @@ public final class TLSStream: ByteStream {
     /// stream (its backpressure applies).
     public func write(_ bytes: [UInt8]) async throws(PeerSyncError) {
         var offset = 0
-        let chunkSize = 64 * 1024
+        let chunkSize = 256 * 1024
         while offset < bytes.count {
             let end = min(offset + chunkSize, bytes.count)
-            try connection.writeStep(Array(bytes[offset..<end]))
+            try connection.writeStep(bytes[offset..<end])
             try await flush()
             offset = end
         }

@@ -82,6 +82,20 @@ import Testing
         await server.close()
     }
 
+    /// A read opens every record already received (up to `maxBytes`), not one 16 KiB record per
+    /// call; a `close_notify` behind them is reported by the next read, after the data.
+    @Test func aReadOpensEveryRecordAlreadyReceived() async throws {
+        let (client, server) = try await Self.connected(capacity: 256 * 1024)
+        let message = Self.pattern(60_000, seed: 3)
+        try await client.write(message)        // four TLS records, all in the pipe
+        await client.shutdownOutput()          // and close_notify behind them
+        let first = try await server.read(maxBytes: 64 * 1024)
+        #expect(first == message)
+        #expect(try await server.read(maxBytes: 64 * 1024) == nil)
+        await client.close()
+        await server.close()
+    }
+
     @Test func shutdownOutputIsAHalfClose() async throws {
         let (client, server) = try await Self.connected()
         try await client.write([1, 2, 3])

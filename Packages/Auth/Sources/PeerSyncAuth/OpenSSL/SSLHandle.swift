@@ -73,18 +73,42 @@ final class SSLHandle {
         return result(SSL_do_handshake(ssl))
     }
 
-    /// Decrypts at most `maxBytes` (and at most one record, 16 KiB) of plaintext.
+    /// Decrypts up to `maxBytes` of plaintext — as many whole records as OpenSSL can open
+    /// from the ciphertext fed so far, so a large message costs one call, not one per 16 KiB
+    /// record. When a later record ends the read (the peer's `close_notify`, a fatal error),
+    /// the plaintext before it is returned first and that outcome on the next call.
     func read(maxBytes: Int) -> (bytes: [UInt8]?, result: SSLResult) {
-        var buffer = [UInt8](repeating: 0, count: min(maxBytes, 16 * 1024))
-        OpenSSL.clearErrors()
-        let rc = buffer.withUnsafeMutableBytes { SSL_read(ssl, $0.baseAddress, Int32($0.count)) }
-        guard rc > 0 else { return (nil, result(rc)) }
-        buffer.removeSubrange(Int(rc)...)
-        return (buffer, .done(Int(rc)))
+        if let deferred = deferredReadResult {
+            deferredReadResult = nil
+            return (nil, deferred)
+        }
+        var outcome = SSLResult.wantRead
+        let bytes = [UInt8](unsafeUninitializedCapacity: maxBytes) { buffer, count in
+            while count < buffer.count {
+                OpenSSL.clearErrors()
+                let rc = SSL_read(ssl, buffer.baseAddress! + count, Int32(clamping: buffer.count - count))
+                guard rc > 0 else {
+                    outcome = result(rc)
+                    break
+                }
+                count += Int(rc)
+                outcome = .done(count)
+            }
+        }
+        guard !bytes.isEmpty else { return (nil, outcome) }
+        switch outcome {
+        case .done, .wantRead: break
+        case .wantWrite, .closed, .failed: deferredReadResult = outcome
+        }
+        return (bytes, .done(bytes.count))
     }
 
+    /// What ended the last ``read(maxBytes:)`` after it had plaintext to return; reported by
+    /// the next call.
+    private var deferredReadResult: SSLResult?
+
     /// Encrypts `bytes` (not empty, at most 2 GiB) into the output BIO.
-    func write(_ bytes: [UInt8]) -> SSLResult {
+    func write(_ bytes: ArraySlice<UInt8>) -> SSLResult {
         OpenSSL.clearErrors()
         return result(bytes.withUnsafeBytes { SSL_write(ssl, $0.baseAddress, Int32($0.count)) })
     }
@@ -105,16 +129,17 @@ final class SSLHandle {
         try OpenSSL.check(written, "BIO_write", succeeded: { $0 == Int32(bytes.count) })
     }
 
-    /// Takes the ciphertext OpenSSL produced for the peer, in order.
-    func takeOutput() -> [UInt8] {
-        var out: [UInt8] = []
+    /// Appends the ciphertext OpenSSL produced for the peer to `output`, in order (into
+    /// uninitialised storage; moved, not copied, when `output` is empty).
+    func takeOutput(appendingTo output: inout [UInt8]) {
         while true {
-            let pending = BIO_ctrl_pending(networkOut)
-            if pending == 0 { return out }
-            var chunk = [UInt8](repeating: 0, count: min(Int(pending), 64 * 1024))
-            let n = chunk.withUnsafeMutableBytes { BIO_read(networkOut, $0.baseAddress, Int32($0.count)) }
-            if n <= 0 { return out }
-            out.append(contentsOf: chunk[0..<Int(n)])
+            let pending = Int(BIO_ctrl_pending(networkOut))
+            if pending == 0 { return }
+            let chunk = [UInt8](unsafeUninitializedCapacity: pending) { buffer, count in
+                count = Int(max(BIO_read(networkOut, buffer.baseAddress, Int32(clamping: pending)), 0))
+            }
+            if chunk.isEmpty { return }
+            if output.isEmpty { output = chunk } else { output.append(contentsOf: chunk) }
         }
     }
 

@@ -444,8 +444,8 @@ final class WebSocketEngine: Sendable {
                     try await tcp.waitUntilReadable()
                 }
             }
-            // TLS hands out one record (at most 16 KiB) per read: ask for no more than that.
-            let readSize = stream is TLSStream ? 17 * 1024 : 64 * 1024
+            // TLSStream hands out as many records as it has opened (up to the size asked for).
+            let readSize = 64 * 1024
             while true {
                 guard let bytes = try await stream.read(maxBytes: readSize) else {
                     await finish(abnormal: PeerSyncError(.connectionReset, "the peer closed the connection without a WebSocket close"))
