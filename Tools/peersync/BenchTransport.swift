@@ -97,12 +97,15 @@ enum TransportBenchmark {
             if size == options.sizes.last { progress.finish(runsDone, of: totalRuns) } else { ProgressLine.clearOpenLine() }
             let baseline = median(baselines)
             for transport in options.transports {
-                let mbps = median(results[transport] ?? [])
+                let runs = results[transport] ?? []
+                let mbps = median(runs)
                 output.emit([
                     ("benchmark", .string("throughput")), ("transport", .string(transport)),
                     ("message_bytes", .int(size)), ("total_mb", .int(options.totalBytes >> 20)),
                     ("mb_per_s", .double(mbps)), ("baseline_mb_per_s", .double(baseline)),
                     ("ratio", .double(mbps / baseline)), ("runs", .int(options.repeatCount)),
+                    ("mb_per_s_min", .double(runs.min() ?? 0)), ("mb_per_s_max", .double(runs.max() ?? 0)),
+                    ("baseline_min", .double(baselines.min() ?? 0)), ("baseline_max", .double(baselines.max() ?? 0)),
                 ])
             }
         }
