@@ -313,7 +313,7 @@ let package = Package(
         // MARK: Mesh
         library("PeerSyncMesh", folder: "Mesh",
                 dependencies: ["PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",
-                               "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncCore"]),
+                               "PeerSyncBLIP", "PeerSyncTransport", "PeerSyncLoopback", "PeerSyncPosix", "PeerSyncCore"]),
         // With the Bluetooth module: the Wi-Fi ⇄ Bluetooth switching runs over simulated BLE.
         tests("PeerSyncMeshTests", folder: "Mesh",
               dependencies: ["PeerSyncMesh", "PeerSyncReplicator", "PeerSyncDiscovery", "PeerSyncAuth", "PeerSyncDatabase",

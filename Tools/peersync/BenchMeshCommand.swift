@@ -13,6 +13,12 @@
 // - peak_rss_mb: this process's VmHWM so far (the peak of the whole run up to this line);
 // - stored_per_needed: revisions stored by pulls during the convergence per revision a peer
 //   needed (1.00: every document crossed each link it needed once; more: duplicates).
+// With --json also: converge_cpu_s (the process's CPU seconds during the convergence), work
+// (the replication protocol's counters over all links during the convergence:
+// `ReplicationCounters` — entries offered by `changes`/`proposeChanges`, entries asked for,
+// claim waits, `rev`s sent and received and bytes), rss_after_close_mb (VmRSS 2 s after the
+// run's peers are stopped and their databases deleted) and stores_left (in-memory stores of the
+// run still registered: must be 0).
 // `--json` prints one object per run, then one summary per peer count (median, min, max).
 // Each run must finish within --timeout seconds (default 300) or the benchmark fails (exit 1).
 
@@ -22,7 +28,7 @@ import PeerSyncAuth
 import PeerSyncCore
 @_spi(Replication) import PeerSyncDatabase
 import PeerSyncMesh
-import PeerSyncReplicator
+@_spi(Replication) import PeerSyncReplicator
 
 enum MeshBenchmark {
     struct Options {
@@ -46,6 +52,14 @@ enum MeshBenchmark {
         /// Revisions stored by pulls during the convergence, per revision some peer needed
         /// (1.0: each crossed once; a document offered by two neighbours at once may cross twice).
         var storedPerNeeded: Double
+        /// The replication protocol's work during the convergence, over all links.
+        var counters = ReplicationCounters.Snapshot()
+        /// CPU seconds (user + system) of the whole process during the convergence.
+        var convergeCPUSeconds: Double = 0
+        /// This process's resident memory once the run's peers are stopped and closed.
+        var residentAfterCloseMB: Double = 0
+        /// In-memory stores of the run's databases still registered after it (0: all deleted).
+        var storesLeft = 0
 
         var boundSeconds: Double { hopSeconds * Double(diameter) + 1 }
     }
@@ -126,19 +140,29 @@ enum MeshBenchmark {
                                                               collections: [MultipeerCollectionConfiguration(collection: database.defaultCollection())])
             peers.append((database, try MultipeerReplicator(config: config, networks: [network.network(host: "peer\(i)")])))
         }
+        // Stopped, then deleted (not only closed): the in-memory backend keeps a closed
+        // database's data for the process's lifetime until it is deleted, so closing alone
+        // kept every run's 64 databases (~300 MB at 64 × 100) and a second run in the same
+        // process peaked that much higher.
         func closeAll() async {
             await withTaskGroup(of: Void.self) { group in
                 for peer in peers {
                     group.addTask {
                         await peer.replicator.stop()
-                        try? await peer.database.close()
+                        try? await peer.database.delete()
                     }
                 }
             }
         }
         do {
-            let result = try await measureRun(peers, docsPerPeer: docsPerPeer)
+            var result = try await measureRun(peers, docsPerPeer: docsPerPeer)
             await closeAll()
+            let left = peers.filter { MemoryStorageBackend().hasStore(in: $0.database.path) }.count
+            peers = []
+            // A stopped mesh hands freed memory back to the system a second later (MeshRun.stop).
+            try? await Task.sleep(for: .seconds(2))
+            result.residentAfterCloseMB = TransportBenchmark.residentMB()
+            result.storesLeft = left
             return result
         } catch {
             await closeAll()
@@ -167,6 +191,8 @@ enum MeshBenchmark {
                 stored.withLock { $0 += count }
             }
         }
+        let countersBefore = ReplicationCounters.snapshot()
+        let cpuBefore = processCPUSeconds()
         let convergeSeconds = try await measure {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (index, peer) in peers.enumerated() {
@@ -188,6 +214,8 @@ enum MeshBenchmark {
                 return true
             }
         }
+        let counters = ReplicationCounters.snapshot().since(countersBefore)
+        let convergeCPUSeconds = processCPUSeconds() - cpuBefore
         for token in tokens { token.remove() }
         let storedPerNeeded = Double(stored.withLock { $0 }) / Double(max(1, count * (count - 1) * docsPerPeer))
         // Identical, revision for revision.
@@ -210,7 +238,15 @@ enum MeshBenchmark {
         return RunResult(peers: count, docs: total, formSeconds: formSeconds, convergeSeconds: convergeSeconds,
                          links: graph.linkCount, diameter: graph.diameter ?? -1, hopSeconds: TransportBenchmark.median(hops),
                          singleDocumentSeconds: single, peakRSSMB: Double(peakResidentKB(pid: nil) ?? 0) / 1024,
-                         storedPerNeeded: storedPerNeeded)
+                         storedPerNeeded: storedPerNeeded, counters: counters, convergeCPUSeconds: convergeCPUSeconds)
+    }
+
+    /// User + system CPU seconds of this process so far.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return 0 }
+        func s(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return s(usage.ru_utime) + s(usage.ru_stime)
     }
 
     /// Seconds from saving document `id` at `source` until every database of `targets` has it
@@ -292,6 +328,10 @@ enum MeshBenchmark {
             "single_doc_within_bound": .bool(r.singleDocumentSeconds <= r.boundSeconds),
             "peak_rss_mb": .double(rounded(r.peakRSSMB, 10)),
             "stored_per_needed": .double(rounded(r.storedPerNeeded, 100)),
+            "converge_cpu_s": .double(rounded(r.convergeCPUSeconds, 10)),
+            "rss_after_close_mb": .double(rounded(r.residentAfterCloseMB, 10)),
+            "stores_left": .int(Int64(r.storesLeft)),
+            "work": .object(Dictionary(uniqueKeysWithValues: r.counters.fields.map { ($0.0, JSONValue.int(Int64($0.1))) })),
         ]
         return object.canonicalString
     }

@@ -3,7 +3,7 @@ import PeerSyncCore
 
 /// The listeners and streams of one ``MultipeerReplicator``'s four kinds of events.
 ///
-/// Events are handed to listeners on one serial dispatch queue, in the order they were
+/// Events are handed to listeners on one serial queue (``SerialDelivery``), in the order they were
 /// emitted; ``emit(_:to:)`` takes only this hub's lock (a leaf: callers may hold theirs) and
 /// never calls a listener itself.
 final class MeshEventHub: Sendable {
@@ -16,7 +16,8 @@ final class MeshEventHub: Sendable {
     }
 
     private let tables = LockedValue(Tables())
-    private let queue = DispatchQueue(label: "peersync.mesh.listeners")
+    /// Listener calls, in order, one at a time (a burst of events costs one thread wake-up).
+    private let queue = SerialDelivery(label: "peersync.mesh.listeners")
 
     /// Registers `listener` in `table`; the token removes it.
     func add<Event: Sendable>(_ listener: @escaping @Sendable (Event) -> Void,

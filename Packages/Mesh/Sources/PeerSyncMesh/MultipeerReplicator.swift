@@ -109,6 +109,12 @@ public final class MultipeerReplicator: Sendable {
         }
     }
 
+    /// For tests: the replicators of the current run's outgoing links (empty when stopped).
+    var outgoingLinkReplicators: [Replicator] {
+        guard let run = state.withLock({ $0.run }) else { return [] }
+        return run.state.withLock { s in s.links.values.compactMap(\.replicator) }
+    }
+
     // MARK: - State (non-blocking)
 
     private func withRun<T>(_ body: (MeshRun.RunState, MeshRun) -> T, otherwise: T) -> T {

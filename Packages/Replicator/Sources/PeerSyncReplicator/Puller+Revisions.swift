@@ -26,6 +26,7 @@ extension Puller {
     /// document event has the error, its change is never checkpointed and the session fails
     /// (``SessionContext/fail(_:)``); a damaged revision is `.corrupt`.
     func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        ReplicationCounters.add(ReplicationCounters.revsReceived)
         do {
             return try await receivePulledRev(request)
         } catch let error as PeerSyncError where context.failure == nil && error.blipError?.isHTTP(422) != true {
@@ -93,6 +94,7 @@ extension Puller {
             notStored = false
             context.setPeerRevision(index, docID, revID)
             guard result.inserted else { return nil }
+            ReplicationCounters.add(ReplicationCounters.revsInserted)
             do {
                 try await ConflictResolution(collection: collection).resolveIfConflicted(docID: docID, pulled: revID, tree: treeAfter)
                 return nil
@@ -128,6 +130,7 @@ extension Puller {
     /// otherwise; `HTTP`/403 when read-only). A storage failure is logged and answered
     /// `HTTP`/507 (disk full) or 500, so the pusher never checkpoints past it.
     func handlePushedRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        ReplicationCounters.add(ReplicationCounters.revsReceived)
         let (docID, revID) = try Self.ids(of: request)
         defer { releaseClaim(docID, revID) }
         try Self.checkDocumentID(docID)
@@ -154,7 +157,7 @@ extension Puller {
             reportError(docID, docError, flags: incoming.flags)
             throw Self.storageReply(e)
         }
-        _ = try Self.inserted(outcome)
+        if try Self.inserted(outcome).0.inserted { ReplicationCounters.add(ReplicationCounters.revsInserted) }
         withExtendedLifetime(pins) {}
         context.setPeerRevision(index, docID, revID)
         context.events.documents(DocumentReplication(isPush: false, documents: [

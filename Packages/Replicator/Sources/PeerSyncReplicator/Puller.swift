@@ -226,6 +226,7 @@ actor Puller {
         }
         let seq = lastSequence
         let pending = requested
+        ReplicationCounters.add(ReplicationCounters.entriesRequested, pending.count)
         context.events.progress(0, pending.count)
         updatePull { $0.batches.append(PullBatch(lastSequence: seq, pending: pending)) }
         return reply(answers)
@@ -265,7 +266,11 @@ actor Puller {
     /// is new; anything else — even a revision known here on another branch — is refused with
     /// `{"status":409,"rev":<current>}` before the body travels. An invalid document ID is 400.
     func handleProposedChanges(_ request: BLIPRequest) async throws -> BLIPMessage? {
-        try await answerPushedBatch(request, docIDAt: 0) { e, _, revID, revs in
+        try await answerPushedBatch(request, docIDAt: 0) { e, docID, revID, revs in
+            // The proposer's current revision is `revID` whatever the answer: this side's pusher
+            // need not offer it back (a 304 was not recorded, so the peer was offered, in a
+            // `changes`, revisions it had just proposed).
+            context.setPeerRevision(index, docID, revID)
             let serverRev = e.count > 2 ? e[2].stringValue.flatMap { $0.isEmpty ? nil : try? RevisionID($0) } : nil
             guard let revs else { return .int(0) }
             if revs.currentRevID == revID { return .int(304) }
@@ -312,6 +317,8 @@ actor Puller {
             let (e, _, _) = try Self.parse(w.entry, docIDAt: offset)
             answers[w.answer] = answer(e, w.docID, w.revID, fresh)
         }
+        ReplicationCounters.add(ReplicationCounters.entriesRequested,
+                                answers.count { Self.asksForRevision($0, proposal: offset == 0) })
         return reply(answers)
     }
 
@@ -355,9 +362,12 @@ actor Puller {
         await inFlight.waitForRelease(of: others, quietLimit: claimQuietLimit, totalLimit: claimWaitLimit)
         let deferred = keyed.filter { others.contains($0.0) }
         let trees = try await readTrees(deferred.map(\.1.entry), docIDAt: offset)
+        ReplicationCounters.add(ReplicationCounters.entriesDeferred, deferred.count)
         return deferred.map { key, w in
             let fresh = trees[w.docID]
-            if fresh?.revision(w.revID) == nil { inFlight.take(key, owner: owner) }
+            if fresh?.revision(w.revID) == nil { inFlight.take(key, owner: owner) } else {
+                ReplicationCounters.add(ReplicationCounters.entriesSavedByClaims)
+            }
             return (w, fresh)
         }
     }

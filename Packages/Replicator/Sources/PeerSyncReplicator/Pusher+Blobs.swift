@@ -14,6 +14,8 @@ extension Pusher {
     /// pusher is serving blob content, so a large blob is not cut off, but a peer silent for a
     /// whole timeout still is.
     func sendRevRequest(_ message: BLIPMessage) async throws -> BLIPMessage {
+        ReplicationCounters.add(ReplicationCounters.revsSent)
+        ReplicationCounters.add(ReplicationCounters.revBytesSent, message.body.count)
         guard !sentBlobDigests.isEmpty else { return try await context.send(message, "rev") }
         let blip = context.blip, activity = blobActivity, limit = context.replyTimeout
         let request = Task { try await blip.sendRequest(message) }

@@ -110,6 +110,7 @@ extension Pusher {
             }
             props["error"] = "404"
             props["reason"] = "revision no longer available"
+            ReplicationCounters.add(ReplicationCounters.noRevsSent)
             try await context.blip.sendNoReply(.request("norev", properties: props))
             return PeerSyncError(.notFound, "revision no longer available", context: ["docID": docID])
         }
@@ -175,6 +176,7 @@ extension Pusher {
         props["error"] = "500"
         props["errorCode"] = error.code.rawValue
         props["reason"] = error.message
+        ReplicationCounters.add(ReplicationCounters.noRevsSent)
         try await context.blip.sendNoReply(.request("norev", properties: props))
         return error
     }

@@ -265,6 +265,8 @@ actor Pusher {
             })
             var props = context.collectionProperty(index)
             props["conflictIncludesRev"] = "true"
+            ReplicationCounters.add(ReplicationCounters.proposeMessages)
+            ReplicationCounters.add(ReplicationCounters.proposeEntries, round.count)
             let reply = try await context.send(.request("proposeChanges", properties: props, body: body.json,
                                                         flags: [.urgent, .compressed]), "proposeChanges").checked("proposeChanges")
             let answers = try JSONValue.parse(reply.body, "proposeChanges reply").arrayValue ?? []
@@ -437,6 +439,8 @@ actor Pusher {
             if c.deleted { entry.append(.int(1)) }
             return .array(entry)
         })
+        ReplicationCounters.add(ReplicationCounters.changesMessages)
+        ReplicationCounters.add(ReplicationCounters.changesEntries, changes.count)
         let reply = try await context.send(.request("changes", properties: context.collectionProperty(index), body: body.json,
                                                     flags: [.compressed]), "changes").checked("changes")
         let answers = try JSONValue.parse(reply.body, "changes reply").arrayValue ?? []

@@ -269,7 +269,8 @@ public final class Replicator: Sendable {
     }
 
     private let state = LockedValue(State())
-    private let queue = DispatchQueue(label: "peersync.replicator.listeners")
+    /// Listener calls, in order, one at a time (a burst of events costs one thread wake-up).
+    private let queue = SerialDelivery(label: "peersync.replicator.listeners")
 
     /// A replicator that opens its connections with `connector` (a custom transport's, or a
     /// test's; `Replicator(config:)` uses the WebSocket connector). It does not start: call
