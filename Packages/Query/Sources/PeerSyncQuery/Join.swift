@@ -4,7 +4,7 @@ import PeerSyncDatabase
 // Joins in the builder (Couchbase Lite's `Join`); DocumentScan.swift runs them.
 
 /// A join of another data source (Couchbase Lite's `Join`), added to a query with
-/// ``Query/join(_:)``:
+/// `Query.join(_:)`:
 ///
 /// ```swift
 /// let query = QueryBuilder
