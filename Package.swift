@@ -196,8 +196,10 @@ let package = Package(
         library("PeerSyncQuery", folder: "Query", dependencies: ["PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore"]),
         // The differential test compares with SQLite's JSON functions through the baseline
         // target (the one place besides PeerSyncSQLite that calls libsqlite3).
+        // The live-query tests sync two in-process peers (PeerSyncReplicatorTestSupport).
         tests("PeerSyncQueryTests", folder: "Query",
               dependencies: ["PeerSyncQuery", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "PeerSyncDatabaseTestSupport",
+                             "PeerSyncReplicatorTestSupport", "PeerSyncReplicator",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                              .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                              .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"]))]),

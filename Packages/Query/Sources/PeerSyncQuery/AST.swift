@@ -118,11 +118,24 @@ struct SourceName: Sendable, Hashable {
     var columnName: String { alias ?? collection }
 }
 
+/// `[INNER] JOIN`, `LEFT [OUTER] JOIN` or `CROSS JOIN` of another data source (Join.swift).
+struct JoinClause: Sendable, Hashable {
+    enum Kind: String, Sendable, Hashable {
+        case inner = "JOIN", leftOuter = "LEFT OUTER JOIN", cross = "CROSS JOIN"
+    }
+    var kind: Kind
+    var source: SourceName
+    /// The `ON` condition; nil for a cross join.
+    var on: ExpressionNode?
+}
+
 /// A parsed query: what `QueryBuilder` and SQL++ both build.
 struct QueryPlan: Sendable, Hashable {
     var distinct = false
     var columns: [SelectColumn] = []
     var source = SourceName(scope: nil, collection: "_default", alias: nil)
+    /// The joined data sources, in order.
+    var joins: [JoinClause] = []
     var whereClause: ExpressionNode?
     var groupBy: [ExpressionNode] = []
     var having: ExpressionNode?
@@ -132,7 +145,7 @@ struct QueryPlan: Sendable, Hashable {
 
     /// Every expression of the plan.
     var allExpressions: [ExpressionNode] {
-        columns.map(\.expression) + [whereClause].compactMap { $0 } + groupBy + [having].compactMap { $0 }
+        columns.map(\.expression) + joins.compactMap(\.on) + [whereClause].compactMap { $0 } + groupBy + [having].compactMap { $0 }
             + orderBy.map(\.expression) + [limit, offset].compactMap { $0 }
     }
 
@@ -183,7 +196,7 @@ struct QueryPlan: Sendable, Hashable {
                         unnamed += 1; name = "$\(unnamed)"
                     }
                 case .meta(let key, _): name = key.rawValue
-                case .all: name = source.columnName
+                case .all(let alias): name = alias ?? source.columnName
                 default: unnamed += 1; name = "$\(unnamed)"
                 }
             }

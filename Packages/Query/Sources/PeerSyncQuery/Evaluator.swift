@@ -11,6 +11,16 @@ struct QueryDocument: Sendable {
     /// Milliseconds since 1970, nil when none is set.
     var expiration: Int64?
     var properties: [String: JSONValue]
+    /// In a join: the document of each joined data source by alias, nil for an unmatched
+    /// `LEFT OUTER JOIN` (MISSING). Empty for a query over one data source.
+    var joined: [String: QueryDocument?] = [:]
+
+    /// The document an expression qualified with `alias` reads: a joined source's (nil when
+    /// unmatched), else this one (unqualified, or the `FROM` source's alias).
+    func source(_ alias: String?) -> QueryDocument? {
+        guard let alias, let other = joined[alias] else { return self }
+        return other
+    }
 }
 
 /// Evaluates expressions with SQL++ for Mobile's rules (pure: no database). Values are
@@ -34,15 +44,15 @@ struct Evaluator {
                   aggregates: [ExpressionNode: JSONValue?]? = nil) throws(PeerSyncError) -> JSONValue? {
         switch node {
         case .literal(let v): return v
-        case .property(let path, _):
-            guard let document else { return nil }
+        case .property(let path, let alias):
+            guard let document = document?.source(alias) else { return nil }
             return Evaluator.resolve(path, in: document.properties)
-        case .all:
-            guard let document else { return nil }
+        case .all(let alias):
+            guard let document = document?.source(alias) else { return nil }
             return .object(document.properties)
         case .parameter(let name): return parameters[name]
-        case .meta(let key, _):
-            guard let document else { return nil }
+        case .meta(let key, let alias):
+            guard let document = document?.source(alias) else { return nil }
             switch key {
             case .id: return .string(document.id)
             case .sequence: return .int(Int64(clamping: document.sequence))

@@ -1,7 +1,7 @@
 import PeerSyncCore
 import PeerSyncDatabase
 
-/// A query over one collection (Couchbase Lite's `Query`), built with ``QueryBuilder`` or
+/// A query over a collection and the collections it joins (Couchbase Lite's `Query`), built with ``QueryBuilder`` or
 /// parsed from SQL++ by `Database.createQuery(_:)`. The builder methods (`where`, `groupBy`,
 /// `having`, `orderBy`, `limit`) return a new query and leave this one unchanged.
 ///
@@ -17,6 +17,10 @@ public final class Query: Sendable, CustomStringConvertible {
     let collection: Collection?
     let plan: QueryPlan
     private let boundParameters = LockedValue<Parameters?>(nil)
+    /// The live queries of this query (LiveQuery.swift).
+    let live = LiveQueries()
+    /// What its runs read (DocumentScan.swift).
+    let scanStatistics = ScanStatistics()
 
     init(database: Database, collection: Collection?, plan: QueryPlan) {
         self.database = database
@@ -25,10 +29,14 @@ public final class Query: Sendable, CustomStringConvertible {
     }
 
     /// Values for the query's `$name` parameters; a copy is taken when set. Nil (the default):
-    /// every parameter is MISSING.
+    /// every parameter is MISSING. Setting them re-runs the query's live queries
+    /// (``addChangeListener(withQueue:_:)``, ``changes()``).
     public var parameters: Parameters? {
         get { boundParameters.withLock { $0 } }
-        set { boundParameters.withLock { $0 = newValue.map { Parameters($0) } } }
+        set {
+            boundParameters.withLock { $0 = newValue.map { Parameters($0) } }
+            live.parametersChanged()
+        }
     }
 
     /// The query as SQL++ text (what `Database.createQuery(_:)` parses back into the same query).
@@ -38,6 +46,9 @@ public final class Query: Sendable, CustomStringConvertible {
     public var columnNames: [String] { plan.columnNames }
 
     // MARK: Building
+
+    /// The same query with its plan changed (for builder methods in other files).
+    func withPlan(_ change: (inout QueryPlan) -> Void) -> Query { with(change) }
 
     private func with(_ change: (inout QueryPlan) -> Void) -> Query {
         var copy = plan
@@ -74,27 +85,17 @@ public final class Query: Sendable, CustomStringConvertible {
     ///
     /// Isolation: a read (see "Isolation" on `Database`): one read transaction on one of the
     /// database's reader threads; the caller suspends until it is done.
-    /// Errors: `.invalidQuery` for a collection that does not exist (SQL++), an aggregate in
-    /// `WHERE`, a non-numeric `LIMIT`/`OFFSET`, an invalid regular expression, a wrong number
+    /// Errors: `.invalidQuery` for a collection that does not exist (SQL++, or a joined one),
+    /// two data sources with one name, an aggregate in `WHERE` or `ON`, a non-numeric `LIMIT`/`OFFSET`, an invalid regular expression, a wrong number
     /// of function arguments; `.closed` if the database is closed; storage errors.
     public func execute() async throws -> ResultSet {
-        let collection = try await resolveCollection()
+        let (collection, joins) = try await resolveSources()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
-        let includeDeleted = plan.includesDeleted
-        let readsExpiration = plan.readsExpiration
+        let statistics = scanStatistics
         let rows = try await database.inReadBatch { transaction in
-            try Executor(plan: plan, parameters: parameters).run { visit in
-                try transaction.forEachDocument(in: collection, includeDeleted: includeDeleted) { document in
-                    var expiration: Int64?
-                    if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
-                        expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
-                    }
-                    return try visit(QueryDocument(id: document.id, sequence: document.sequence,
-                                                   revisionID: document.revisionID ?? "", isDeleted: document.isDeleted,
-                                                   expiration: expiration, properties: document.properties))
-                }
-            }
+            let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters, statistics: statistics)
+            return try Executor(plan: plan, parameters: parameters).run { visit in try scan.run(transaction, visit) }
         }
         return ResultSet(columnNames: plan.columnNames, rows: rows)
     }
@@ -108,7 +109,7 @@ public final class Query: Sendable, CustomStringConvertible {
         return QueryExplainer.explain(plan, collection: collection.fullName)
     }
 
-    private func resolveCollection() async throws -> Collection {
+    func resolveCollection() async throws -> Collection {
         if let collection { return collection }
         guard let found = try await database.collection(name: plan.source.collection, scope: plan.source.scope) else {
             throw PeerSyncError(.invalidQuery, "no such collection",
@@ -144,6 +145,12 @@ enum QueryExplainer {
         lines.append("SCAN COLLECTION \(collection)\(plan.source.alias.map { " AS \($0)" } ?? "") "
                      + "(full scan in document-ID order, no index: value indexes are not implemented yet; "
                      + (plan.includesDeleted ? "deleted documents included" : "deleted documents skipped") + ")")
+        for join in plan.joins {
+            let name = join.source.alias ?? join.source.collection
+            let how = plan.includesDeleted || DocumentScan.lookupKey(join.on, name: name) == nil
+                ? "every document of it, read once per run" : "one lookup by document ID per row"
+            lines.append("\(join.kind.rawValue) \(SQLPrinter.source(join.source))\(join.on.map { " ON " + SQLPrinter.expression($0) } ?? "") (\(how))")
+        }
         if let w = plan.whereClause { lines.append("FILTER \(SQLPrinter.expression(w))") }
         if plan.isAggregate {
             lines.append(plan.groupBy.isEmpty ? "AGGREGATE (one group)"

@@ -310,6 +310,7 @@ struct SQLParser {
         let fromPosition = position
         position += 1
         try parseSource()
+        try parseJoins()
         let afterSource = position
         position = selectStart
         repeat {
@@ -339,15 +340,59 @@ struct SQLParser {
             if plan.offset == nil, acceptKeyword("OFFSET") { plan.offset = try parseExpression() }
         }
         _ = acceptSymbol(";")
-        if isKeyword("JOIN") || isKeyword("LEFT") || isKeyword("INNER") || isKeyword("CROSS") {
-            throw error("JOIN is not supported yet")
-        }
         guard case .end = current.kind else { throw error("expected end of query") }
         return plan
     }
 
     private mutating func parseSource() throws(PeerSyncError) {
-        let first = try identifier("a collection name after FROM")
+        let (source, first) = try parseSourceName("a collection name after FROM")
+        plan.source = source
+        sourceNames = source.alias.map { [$0] } ?? [source.collection, first == "_" ? "_" : source.collection]
+    }
+
+    /// `JOIN …` clauses after the `FROM` source: `[INNER] JOIN`, `LEFT [OUTER] JOIN` with
+    /// `ON condition`, `CROSS JOIN` without. Each source's alias (or collection name) qualifies
+    /// paths from there on.
+    private mutating func parseJoins() throws(PeerSyncError) {
+        while true {
+            let kind: JoinClause.Kind
+            let keyword = current
+            if acceptKeyword("JOIN") {
+                kind = .inner
+            } else if isKeyword("INNER") {
+                position += 1
+                try expectKeyword("JOIN")
+                kind = .inner
+            } else if isKeyword("LEFT") {
+                position += 1
+                _ = acceptKeyword("OUTER")
+                try expectKeyword("JOIN")
+                kind = .leftOuter
+            } else if isKeyword("CROSS") {
+                position += 1
+                try expectKeyword("JOIN")
+                kind = .cross
+            } else {
+                return
+            }
+            let (source, _) = try parseSourceName("a collection name after JOIN")
+            let name = source.alias ?? source.collection
+            if sourceNames.contains(name) {
+                throw self.error("the data source name '\(name)' is used twice (give the join an alias with AS)", at: keyword)
+            }
+            sourceNames.insert(name)
+            var on: ExpressionNode?
+            if kind != .cross {
+                try expectKeyword("ON")
+                on = try parseExpression()
+            }
+            plan.joins.append(JoinClause(kind: kind, source: source, on: on))
+        }
+    }
+
+    /// `name | scope.name [[AS] alias]`; returns the source and the first name as written.
+    private mutating func parseSourceName(_ what: String) throws(PeerSyncError) -> (SourceName, String) {
+        let first = try identifier(what)
         var scope: String?
         var name = first
         if acceptSymbol(".") {
@@ -362,8 +407,7 @@ struct SQLParser {
         } else if atIdentifier {
             alias = try identifier("an alias")
         }
-        plan.source = SourceName(scope: scope, collection: name, alias: alias)
-        sourceNames = alias.map { [$0] } ?? [name, first == "_" ? "_" : name]
+        return (SourceName(scope: scope, collection: name, alias: alias), first)
     }
 
     private mutating func parseSelectColumn() throws(PeerSyncError) -> SelectColumn {

@@ -17,10 +17,11 @@ enum SQLPrinter {
             if let alias = c.alias { text += " AS " + identifier(alias) }
             return text
         }.joined(separator: ", ")
-        s += " FROM "
-        if let scope = plan.source.scope { s += identifier(scope) + "." }
-        s += identifier(plan.source.collection)
-        if let alias = plan.source.alias { s += " AS " + identifier(alias) }
+        s += " FROM " + source(plan.source)
+        for join in plan.joins {
+            s += " " + join.kind.rawValue + " " + source(join.source)
+            if let on = join.on { s += " ON " + expression(on) }
+        }
         if let w = plan.whereClause { s += " WHERE " + expression(w) }
         if !plan.groupBy.isEmpty { s += " GROUP BY " + plan.groupBy.map(expression).joined(separator: ", ") }
         if let h = plan.having { s += " HAVING " + expression(h) }
@@ -29,6 +30,15 @@ enum SQLPrinter {
         }
         if let l = plan.limit { s += " LIMIT " + expression(l) }
         if let o = plan.offset { s += " OFFSET " + expression(o) }
+        return s
+    }
+
+    /// `scope.name AS alias`.
+    static func source(_ source: SourceName) -> String {
+        var s = ""
+        if let scope = source.scope { s += identifier(scope) + "." }
+        s += identifier(source.collection)
+        if let alias = source.alias { s += " AS " + identifier(alias) }
         return s
     }
 

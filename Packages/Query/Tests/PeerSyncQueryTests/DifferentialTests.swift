@@ -428,6 +428,10 @@ enum SQLiteOracle {
         plan.allExpressions.forEach { visit($0) }
         var layers: [String] = []
         var previous = "docs"
+        if !plan.joins.isEmpty {  // DifferentialJoinTests.swift
+            (layers, previous) = joinBase(plan, parameters: parameters)
+            c.rightAlias = plan.joins.first.map { $0.source.alias ?? $0.source.collection }
+        }
         let maxHeight = heights.values.max() ?? 0
         for h in 0...maxHeight {
             var columns: [String] = []
@@ -440,7 +444,7 @@ enum SQLiteOracle {
                 c.columns[node] = name
             }
             if columns.isEmpty { continue }
-            let layer = "l\(layers.count)"
+            let layer = "l\(layers.count)"  // (join layers are named j…)
             layers.append("\(layer) AS MATERIALIZED (SELECT *, \(columns.joined(separator: ", ")) FROM \(previous))")
             previous = layer
         }
@@ -484,6 +488,14 @@ enum SQLiteOracle {
         let parameters: [String: JSONValue]
         /// Nodes already computed as a column of a lower layer.
         var columns: [ExpressionNode: String] = [:]
+        /// In a join (DifferentialJoinTests.swift): the joined source's name; its columns are
+        /// `r_id`, `r_body`, … (SQL NULL when unmatched).
+        var rightAlias: String?
+
+        /// The column `name` of the source qualified with `alias`.
+        func column(_ name: String, _ alias: String?) -> String {
+            alias != nil && alias == rightAlias ? "r_" + name : name
+        }
 
         init(parameters: [String: JSONValue]) { self.parameters = parameters }
 
@@ -545,16 +557,19 @@ enum SQLiteOracle {
             switch node {
             case .literal(let v): return literal(v)
             case .parameter(let name): return literal(parameters[name])
-            case .property(let path, _): return "(body -> \(Compiler.quote(Compiler.jsonPath(path))))"
-            case .all: return "body"
-            case .meta(let key, _):
+            case .property(let path, let alias): return "(\(column("body", alias)) -> \(Compiler.quote(Compiler.jsonPath(path))))"
+            case .all(let alias): return column("body", alias)
+            case .meta(let key, let alias):
+                let id = column("id", alias)
+                let value: String
                 switch key {
-                case .id: return "json_quote(id)"
-                case .sequence: return "CAST(seq AS TEXT)"
-                case .revisionID: return "json_quote(rev)"
-                case .deleted: return "(CASE deleted WHEN 1 THEN 'true' ELSE 'false' END)"
-                case .expiration: return "CAST(expiration AS TEXT)"
+                case .id: value = "json_quote(\(id))"
+                case .sequence: value = "CAST(\(column("seq", alias)) AS TEXT)"
+                case .revisionID: value = "json_quote(\(column("rev", alias)))"
+                case .deleted: value = "(CASE \(column("deleted", alias)) WHEN 1 THEN 'true' ELSE 'false' END)"
+                case .expiration: value = "CAST(\(column("expiration", alias)) AS TEXT)"
                 }
+                return "(CASE WHEN \(id) IS NULL THEN NULL ELSE \(value) END)"  // an unmatched joined source: MISSING
             case .negate(let e): return arithmetic("-", "'0'", json(e))
             case .not(let e):
                 let c = truth(json(e))

@@ -61,7 +61,12 @@ import Testing
         #expect(failure("SELECT a").1?.offset == 8)
         #expect(failure("SELECT a FROM _ LIMIT").0?.code == .invalidQuery)
         #expect(failure("SELECT a FROM _ WHERE LOWER(a, b)").0?.message.contains("LOWER") == true)
-        #expect(failure("SELECT a FROM x JOIN y ON a = b").0?.message.contains("JOIN") == true)
+        // Joins: ON is required except for CROSS JOIN; LEFT needs JOIN; two sources need two names.
+        #expect(failure("SELECT a FROM x JOIN y").0?.message.contains("expected ON") == true)
+        #expect(failure("SELECT a FROM x LEFT y ON a = b").0?.message.contains("expected JOIN") == true)
+        let (e4, d4) = failure("SELECT a FROM x JOIN x ON a = b")
+        #expect(e4?.message.contains("used twice") == true)
+        #expect(d4?.offset == 16)
     }
 
     @Test func printedPlansParseBackToTheSamePlan() throws {
