@@ -395,7 +395,7 @@ let package = Package(
         // MARK: Examples
         .executableTarget(
             name: "example-tasklist",
-            dependencies: ["PeerSync"],
+            dependencies: ["PeerSync", "ExampleSupport"],
             path: "Examples/TaskList",
             swiftSettings: swiftSettings
         ),
