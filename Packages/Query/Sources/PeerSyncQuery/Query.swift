@@ -22,6 +22,7 @@ public final class Query: Sendable, CustomStringConvertible {
         self.database = database
         self.collection = collection
         self.plan = plan
+        _ = QueryIndexer.installed   // this process maintains value indexes from now on
     }
 
     /// Values for the query's `$name` parameters; a copy is taken when set. Nil (the default):
@@ -83,19 +84,16 @@ public final class Query: Sendable, CustomStringConvertible {
         let parameters = self.parameters?.dictionary ?? [:]
         let includeDeleted = plan.includesDeleted
         let readsExpiration = plan.readsExpiration
-        let rows = try await database.inReadBatch { transaction in
-            try Executor(plan: plan, parameters: parameters).run { visit in
-                try transaction.forEachDocument(in: collection, includeDeleted: includeDeleted) { document in
-                    var expiration: Int64?
-                    if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
-                        expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
-                    }
-                    return try visit(QueryDocument(id: document.id, sequence: document.sequence,
-                                                   revisionID: document.revisionID ?? "", isDeleted: document.isDeleted,
-                                                   expiration: expiration, properties: document.properties))
-                }
+        let (rows, sawStale) = try await database.inReadBatch { transaction in
+            // The planner (Planner.swift) picks a value index or a scan from this snapshot.
+            let (path, sawStale) = try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+            let rows = try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
+                try IndexedScan.run(path, collection: collection, transaction: transaction, includeDeleted: includeDeleted,
+                                    readsExpiration: readsExpiration, visit: visit)
             }
+            return (rows, sawStale)
         }
+        if sawStale { try await QueryAccess.rebuildStaleIndexes(collection) }
         return ResultSet(columnNames: plan.columnNames, rows: rows)
     }
 
@@ -105,7 +103,12 @@ public final class Query: Sendable, CustomStringConvertible {
     /// when the collection does not exist.
     public func explain() async throws -> String {
         let collection = try await resolveCollection()
-        return QueryExplainer.explain(plan, collection: collection.fullName)
+        let plan = self.plan
+        let parameters = self.parameters?.dictionary ?? [:]
+        let access = try await database.inReadBatch { transaction in
+            try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction).path
+        }
+        return QueryExplainer.explain(plan, collection: collection.fullName, access: access)
     }
 
     private func resolveCollection() async throws -> Collection {
@@ -139,11 +142,9 @@ extension Database {
 
 /// ``Query/explain()``'s text.
 enum QueryExplainer {
-    static func explain(_ plan: QueryPlan, collection: String) -> String {
+    static func explain(_ plan: QueryPlan, collection: String, access: AccessPath = .scan) -> String {
         var lines = [SQLPrinter.query(plan)]
-        lines.append("SCAN COLLECTION \(collection)\(plan.source.alias.map { " AS \($0)" } ?? "") "
-                     + "(full scan in document-ID order, no index: value indexes are not implemented yet; "
-                     + (plan.includesDeleted ? "deleted documents included" : "deleted documents skipped") + ")")
+        lines.append(Planner.describe(access, plan: plan, collection: collection))
         if let w = plan.whereClause { lines.append("FILTER \(SQLPrinter.expression(w))") }
         if plan.isAggregate {
             lines.append(plan.groupBy.isEmpty ? "AGGREGATE (one group)"
