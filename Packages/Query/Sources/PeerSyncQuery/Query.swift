@@ -5,9 +5,10 @@ import PeerSyncDatabase
 /// parsed from SQL++ by `Database.createQuery(_:)`. The builder methods (`where`, `groupBy`,
 /// `having`, `orderBy`, `limit`) return a new query and leave this one unchanged.
 ///
-/// Running it (``execute()``) scans the collection in document-ID order inside one read
-/// transaction of the database (a consistent snapshot), on one of its reader threads; value
-/// indexes are not implemented yet, so every query is a scan (``explain()`` says so).
+/// Running it (``execute()``) reads the collection inside one read transaction of the
+/// database (a consistent snapshot), on one of its reader threads: through a value index
+/// when one fits (see `Collection.createIndex(withName:config:)` and the package README), else
+/// by a scan in document-ID order; ``explain()`` says which.
 ///
 /// Thread-safe: share it between tasks; ``parameters`` may be changed between runs.
 public final class Query: Sendable, CustomStringConvertible {
@@ -98,9 +99,11 @@ public final class Query: Sendable, CustomStringConvertible {
     }
 
     /// A readable description of how the query runs: the SQL++ text, then one step per line
-    /// (scan, filter, group, sort, limit, projection). Every query is a full scan for now:
-    /// value indexes are not implemented yet. Errors: `.invalidQuery` as for ``execute()``
-    /// when the collection does not exist.
+    /// (how the collection is read: `SCAN COLLECTION …` or `SEARCH COLLECTION … USING INDEX
+    /// name …` with the conditions the index serves and whether it gives the order; then
+    /// filter, group, sort, limit, projection). The plan depends on the current
+    /// ``parameters`` (a MISSING or NULL value serves no index). Isolation: a read.
+    /// Errors: `.invalidQuery` as for ``execute()`` when the collection does not exist.
     public func explain() async throws -> String {
         let collection = try await resolveCollection()
         let plan = self.plan
