@@ -24,7 +24,7 @@ import Testing
 
     /// Every command the dispatcher runs has a help entry (so `--help` cannot forget one).
     @Test func everyCommandHasHelp() {
-        var commands = DatabaseCommands.arity.keys.map { [$0] } + [["serve"], ["sync"], ["mesh"]]
+        var commands = DatabaseCommands.arity.keys.map { [$0] } + [["serve"], ["sync"], ["mesh"], ["query"], ["index"]]
         commands += BenchCommand.subjects.map { ["bench", $0] }
         commands += IdentityCommand.subcommands.map { ["identity", $0] }
         for command in commands {

@@ -13,10 +13,10 @@ import PeerSyncLMDBBaseline
 /// measured in the same run. Never used as timed assertions in tests.
 enum BenchCommand {
     /// The benchmarks (each has a ``CommandHelp`` entry).
-    static let subjects = ["storage", "transport", "sync", "mesh"]
+    static let subjects = ["storage", "transport", "sync", "mesh", "query"]
 
     static func run(_ args: [String]) async throws -> Int32 {
-        guard let what = args.first else { throw UsageError("bench needs a subject: storage, transport, sync or mesh") }
+        guard let what = args.first else { throw UsageError("bench needs a subject: storage, transport, sync, mesh or query") }
         switch what {
         case "storage":
             return try await StorageBenchmark.run(Array(args.dropFirst()))
@@ -26,8 +26,10 @@ enum BenchCommand {
             return try await SyncBenchmark.run(Array(args.dropFirst()))
         case "mesh":
             return try await MeshBenchmark.run(Array(args.dropFirst()))
+        case "query":
+            return try await QueryBenchmark.run(Array(args.dropFirst()))
         default:
-            throw UsageError("unknown benchmark '\(what)' (available: storage, transport, sync, mesh)")
+            throw UsageError("unknown benchmark '\(what)' (available: storage, transport, sync, mesh, query)")
         }
     }
 

@@ -53,6 +53,19 @@ enum CommandHelp {
         Entry(name: "check", text: """
             check                integrity check (non-zero exit on any inconsistency)
             """),
+        Entry(name: "query", text: """
+            query SQL [--explain] [--param NAME=VALUE]...
+                                 run a SQL++ query (FROM names the collection): one JSON object per
+                                 row (JSON Lines); --explain prints the plan (the index used, or a
+                                 scan) instead; a --param VALUE is JSON when it parses, else a string
+            """),
+        Entry(name: "index", text: """
+            index create NAME EXPR... | index list | index drop NAME
+                                 value indexes of the collection (--collection, default _default):
+                                 create (EXPR: SQL++ expressions, e.g. type "lower(name)"; the same
+                                 name with other expressions replaces it), list (NAME, tab,
+                                 expressions), drop
+            """),
         Entry(name: "compact", text: """
             compact              delete blobs no kept revision references and stale temporary blob
                                  files (Couchbase Lite's performMaintenance(type: .compact)); prints
@@ -122,6 +135,11 @@ enum CommandHelp {
         Entry(name: "bench mesh", text: """
             bench mesh [--peers 16,64] [--docs-per-peer N] [--repeat R] [--json] [--timeout S]
                                  in-process multipeer meshes: convergence time, links, diameter, RSS
+            """),
+        Entry(name: "bench query", text: """
+            bench query [--docs N] [--repeat R] [--backend sqlite|lmdb] [--json]
+                                 indexed and scanned queries and index upkeep, beside SQLite's JSON
+                                 functions with json_extract expression indexes on the same documents
             """),
         Entry(name: "identity create", text: """
             identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]

@@ -60,6 +60,7 @@ struct PeerSyncCLI {
             case "serve": return try await ServeCommand.run(args)
             case "sync": return try await SyncCommand.run(args)
             case "mesh": return try await MeshCommand.run(args)
+            case "query", "index": return try await QueryCommands.run(args)
             default: return try await DatabaseCommands.run(args)
             }
         }

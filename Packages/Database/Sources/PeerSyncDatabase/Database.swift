@@ -494,6 +494,7 @@ public final class Database: Sendable, CustomStringConvertible {
             guard try writer.purge(spec.metaKey, in: Meta.keyspace) else {
                 throw PeerSyncError(.notFound, "collection does not exist").with(spec)
             }
+            try IndexMaintenance.dropAll(spec, writer)
             for keyspace in spec.allKeyspaces { try writer.dropKeyspace(keyspace) }
         }
     }

@@ -136,7 +136,14 @@ struct DocumentEngine {
         if winner.flags.contains(.hasAttachments) { flags.insert(.hasAttachments) }
         let record = Record(key: docID, flags: flags, version: Array(winner.revID.description.utf8),
                             body: body, extra: tree.encode())
-        return try writer.put(record, in: spec.documentsKeyspace)
+        // Value indexes change in this same transaction (see Indexes.swift).
+        guard let indexes = try IndexMaintenance.load(spec, writer) else {
+            return try writer.put(record, in: spec.documentsKeyspace)
+        }
+        let old = try writer.get(docID, in: spec.documentsKeyspace)
+        let sequence = try writer.put(record, in: spec.documentsKeyspace)
+        try indexes.documentChanged(id: docID, old: old, new: record, writer)
+        return sequence
     }
 
     /// A local save or delete (see ``Collection/save(document:concurrencyControl:)``).
@@ -227,11 +234,22 @@ struct DocumentEngine {
     func purge(id: String, _ writer: any StorageWriter) throws {
         try requireCollection(writer)
         try validateID(id)
-        guard try writer.purge(id, in: spec.documentsKeyspace) else {
+        guard try purgeRecord(id, writer) else {
             throw PeerSyncError(.notFound, "document does not exist", context: ["docID": id]).with(spec)
         }
         try removeExpiration(id: id, writer)
         try logPurge(id: id, writer)
+    }
+
+    /// Purges the record of document `id` and its value-index entries; returns whether it existed.
+    func purgeRecord(_ id: String, _ writer: any StorageWriter) throws -> Bool {
+        guard let indexes = try IndexMaintenance.load(spec, writer) else {
+            return try writer.purge(id, in: spec.documentsKeyspace)
+        }
+        guard let old = try writer.get(id, in: spec.documentsKeyspace) else { return false }
+        try writer.purge(id, in: spec.documentsKeyspace)
+        try indexes.documentChanged(id: id, old: old, new: nil, writer)
+        return true
     }
 
     func logPurge(id: String, _ writer: any StorageWriter) throws {
@@ -314,7 +332,7 @@ struct DocumentEngine {
         for (key, docID) in expired {
             try writer.purge(key, in: spec.expiryKeyspace)
             try writer.purge("d:" + docID, in: spec.expiryKeyspace)
-            if try writer.purge(docID, in: spec.documentsKeyspace) {
+            if try purgeRecord(docID, writer) {
                 try logPurge(id: docID, writer)
                 purged.append(docID)
             }

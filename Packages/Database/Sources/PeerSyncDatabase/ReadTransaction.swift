@@ -100,7 +100,7 @@ extension DocumentEngine {
 /// Valid only during the closure it is passed to; afterwards every method throws `.closed`.
 /// Not `Sendable`: use it only on the thread that runs the closure (a reader thread).
 public final class DatabaseReadTransaction {
-    private let reader: any StorageReader
+    let reader: any StorageReader
     private let database: Database
     private var isValid = true
     /// Collections found to exist in this transaction (checked once, not per read).
@@ -113,7 +113,7 @@ public final class DatabaseReadTransaction {
 
     func invalidate() { isValid = false }
 
-    private func engine(_ collection: Collection) throws -> DocumentEngine {
+    func engine(_ collection: Collection) throws -> DocumentEngine {
         guard isValid else { throw PeerSyncError(.closed, "the read batch has ended") }
         guard collection.database === database else {
             throw PeerSyncError(.invalidArgument, "collection belongs to another database",

@@ -28,9 +28,12 @@ struct DocumentScan {
     let joins: [Source]
     let evaluator: Evaluator
     let statistics: ScanStatistics?
+    /// How the `FROM` collection is read: a scan, or a value index the planner chose.
+    let path: AccessPath
 
     init(plan: QueryPlan, main: Collection, joins: [Source], parameters: [String: JSONValue],
-         statistics: ScanStatistics? = nil) {
+         statistics: ScanStatistics? = nil, path: AccessPath = .scan) {
+        self.path = path
         self.plan = plan
         self.main = main
         self.joins = joins
@@ -123,8 +126,10 @@ struct DocumentScan {
             }
             return true
         }
-        try transaction.forEachDocument(in: main, includeDeleted: includeDeleted) { document in
-            try extend(try make(document, main), 0)
+        try IndexedScan.run(path, collection: main, transaction: transaction, includeDeleted: includeDeleted,
+                            readsExpiration: readsExpiration) { row in
+            statistics?.documentsRead.withLock { $0 += 1 }
+            return try extend(row, 0)
         }
     }
 }

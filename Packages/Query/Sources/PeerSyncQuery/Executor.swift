@@ -47,8 +47,9 @@ struct Executor {
         for c in e.children { try checkNestedAggregates(c, inside: inside) }
     }
 
-    /// The rows of the query.
-    func run(_ scan: Scan) throws -> [[JSONValue?]] {
+    /// The rows of the query. `ordered`: the scan yields documents in the `ORDER BY` order
+    /// (an index gives it), so it can stop after `offset + limit` rows.
+    func run(ordered: Bool = false, _ scan: Scan) throws -> [[JSONValue?]] {
         let (limit, offset) = try validate()
         if limit == 0 { return [] }
         var rows: [(values: [JSONValue?], keys: [JSONValue?])] = []
@@ -56,7 +57,7 @@ struct Executor {
             rows = try groupedRows(scan)
         } else {
             // Without ORDER BY or DISTINCT the scan can stop once offset + limit rows are found.
-            let stopAfter = (plan.orderBy.isEmpty && !plan.distinct) ? limit.map { $0 + offset } : nil
+            let stopAfter = ((plan.orderBy.isEmpty || ordered) && !plan.distinct) ? limit.map { $0 + offset } : nil
             try scan { document in
                 if let w = plan.whereClause, !Evaluator.isTrue(try evaluator.evaluate(w, document)) { return true }
                 rows.append((try plan.columns.map { c throws(PeerSyncError) in try evaluator.evaluate(c.expression, document) },

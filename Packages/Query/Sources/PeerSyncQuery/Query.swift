@@ -5,9 +5,10 @@ import PeerSyncDatabase
 /// parsed from SQL++ by `Database.createQuery(_:)`. The builder methods (`where`, `groupBy`,
 /// `having`, `orderBy`, `limit`) return a new query and leave this one unchanged.
 ///
-/// Running it (``execute()``) scans the collection in document-ID order inside one read
-/// transaction of the database (a consistent snapshot), on one of its reader threads; value
-/// indexes are not implemented yet, so every query is a scan (``explain()`` says so).
+/// Running it (``execute()``) reads the collection inside one read transaction of the
+/// database (a consistent snapshot), on one of its reader threads: through a value index
+/// when one fits (see `Collection.createIndex(withName:config:)` and the package README), else
+/// by a scan in document-ID order; ``explain()`` says which.
 ///
 /// Thread-safe: share it between tasks; ``parameters`` may be changed between runs.
 public final class Query: Sendable, CustomStringConvertible {
@@ -26,6 +27,7 @@ public final class Query: Sendable, CustomStringConvertible {
         self.database = database
         self.collection = collection
         self.plan = plan
+        _ = QueryIndexer.installed   // this process maintains value indexes from now on
     }
 
     /// Values for the query's `$name` parameters; a copy is taken when set. Nil (the default):
@@ -93,20 +95,38 @@ public final class Query: Sendable, CustomStringConvertible {
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
-        let rows = try await database.inReadBatch { transaction in
-            let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters, statistics: statistics)
-            return try Executor(plan: plan, parameters: parameters).run { visit in try scan.run(transaction, visit) }
+        let (rows, sawStale) = try await database.inReadBatch { transaction in
+            // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
+            // query with joins scans its FROM collection (the planner reads one source's WHERE).
+            let (path, sawStale) = plan.joins.isEmpty
+                ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+                : (AccessPath.scan, false)
+            let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
+                                    statistics: statistics, path: path)
+            let rows = try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
+                try scan.run(transaction, visit)
+            }
+            return (rows, sawStale)
         }
+        if sawStale { try await QueryAccess.rebuildStaleIndexes(collection) }
         return ResultSet(columnNames: plan.columnNames, rows: rows)
     }
 
     /// A readable description of how the query runs: the SQL++ text, then one step per line
-    /// (scan, filter, group, sort, limit, projection). Every query is a full scan for now:
-    /// value indexes are not implemented yet. Errors: `.invalidQuery` as for ``execute()``
-    /// when the collection does not exist.
+    /// (how the collection is read: `SCAN COLLECTION …` or `SEARCH COLLECTION … USING INDEX
+    /// name …` with the conditions the index serves and whether it gives the order; then
+    /// filter, group, sort, limit, projection). The plan depends on the current
+    /// ``parameters`` (a MISSING or NULL value serves no index); a query with joins scans its
+    /// `FROM` collection. Isolation: a read.
+    /// Errors: `.invalidQuery` as for ``execute()`` when the collection does not exist.
     public func explain() async throws -> String {
         let collection = try await resolveCollection()
-        return QueryExplainer.explain(plan, collection: collection.fullName)
+        let plan = self.plan
+        let parameters = self.parameters?.dictionary ?? [:]
+        let access = plan.joins.isEmpty ? try await database.inReadBatch { transaction in
+            try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction).path
+        } : AccessPath.scan
+        return QueryExplainer.explain(plan, collection: collection.fullName, access: access)
     }
 
     func resolveCollection() async throws -> Collection {
@@ -140,11 +160,9 @@ extension Database {
 
 /// ``Query/explain()``'s text.
 enum QueryExplainer {
-    static func explain(_ plan: QueryPlan, collection: String) -> String {
+    static func explain(_ plan: QueryPlan, collection: String, access: AccessPath = .scan) -> String {
         var lines = [SQLPrinter.query(plan)]
-        lines.append("SCAN COLLECTION \(collection)\(plan.source.alias.map { " AS \($0)" } ?? "") "
-                     + "(full scan in document-ID order, no index: value indexes are not implemented yet; "
-                     + (plan.includesDeleted ? "deleted documents included" : "deleted documents skipped") + ")")
+        lines.append(Planner.describe(access, plan: plan, collection: collection))
         for join in plan.joins {
             let name = join.source.alias ?? join.source.collection
             let how = plan.includesDeleted || DocumentScan.lookupKey(join.on, name: name) == nil

@@ -52,11 +52,23 @@ import Testing
 
         var answers: [[String]] = Array(repeating: [], count: queries.count)  // per query: the first backend's rows
         var checked = 0
+        var indexedRuns = 0
         var mismatches: [String] = []
         for backend in backends {
             try await withDatabase(backend) { db in
                 let collection = try await db.createCollection(name: "docs", scope: "diff")
                 let oracle = try await DifferentialTests.load(documents, into: collection)
+                // The same documents again in a collection with value indexes on the generated
+                // properties: two created before the documents are saved (kept up by each
+                // save, delete and expiration), the others built from the saved documents.
+                let indexed = try await db.createCollection(name: "indexed", scope: "diff")
+                for (name, expressions) in DifferentialTests.indexes.prefix(2) {
+                    try await indexed.createIndex(withName: name, config: ValueIndexConfiguration(expressions))
+                }
+                try await DifferentialTests.load(documents, into: indexed).close()
+                for (name, expressions) in DifferentialTests.indexes.dropFirst(2) {
+                    try await indexed.createIndex(withName: name, config: ValueIndexConfiguration(expressions))
+                }
                 for (i, spec) in queries.enumerated() {
                     if mismatches.count >= 5 { break }
                     let built = spec.build(collection)
@@ -73,6 +85,10 @@ import Testing
                     // The SQL++ text parsed back is the same plan (checked above), so running it
                     // too would run the same plan twice; run it on every tenth query only.
                     let ours = try await built.execute().map { Array($0.values) }
+                    let withIndexes = spec.build(indexed)
+                    withIndexes.parameters = parameters
+                    let oursIndexed = try await withIndexes.execute().map { Array($0.values) }
+                    if try await withIndexes.explain().contains("USING INDEX") { indexedRuns += 1 }
                     let oursParsed = i % 10 == 0 ? try await parsed.execute().map { Array($0.values) } : ours
                     let oracleSQL = SQLiteOracle.compile(built.plan, parameters: spec.parameters)
                     let theirs: [[JSONValue?]]
@@ -86,6 +102,15 @@ import Testing
                     let a = DifferentialTests.canonical(ours, ordered: ordered)
                     let b = DifferentialTests.canonical(theirs, ordered: ordered)
                     let c = DifferentialTests.canonical(oursParsed, ordered: ordered)
+                    // With indexes: the same rows in the same order, ordered query or not.
+                    let scanned = DifferentialTests.canonical(ours, ordered: true)
+                    let viaIndex = DifferentialTests.canonical(oursIndexed, ordered: true)
+                    if scanned != viaIndex {
+                        let explain = (try? await withIndexes.explain()) ?? ""
+                        mismatches.append("query \(i) on \(backend.rawValue) (seed \(DifferentialTests.seed)) differs with indexes: \(sql)\n"
+                                          + "  parameters: \(spec.parameters)\n  scan:    \(scanned.prefix(5))\n"
+                                          + "  indexed: \(viaIndex.prefix(5))\n  plan: \(explain)")
+                    }
                     if a != b || a != c {
                         // The first row where the answers part, and a few rows from there.
                         var first = 0
@@ -110,12 +135,21 @@ import Testing
         }
         let nonEmpty = answers.filter { !$0.isEmpty }.count
         print("query differential: \(checked) query runs (\(queries.count) queries × \(backends.map(\.rawValue).joined(separator: ", "))), "
-              + "\(nonEmpty) with rows, \(mismatches.count) mismatches, SQLite \(SQLiteJSONDocuments.version)")
+              + "\(nonEmpty) with rows, \(indexedRuns) runs used a value index, \(mismatches.count) mismatches, "
+              + "SQLite \(SQLiteJSONDocuments.version)")
         #expect(mismatches.isEmpty, "\(mismatches.joined(separator: "\n\n"))")
         #expect(checked == queries.count * backends.count)
+        // The indexed copy is worth something only if many queries use an index.
+        #expect(indexedRuns * 10 > checked)
         // The generator is worth something only if most queries return rows.
         #expect(nonEmpty * 2 > queries.count)
     }
+
+    /// The value indexes of the indexed copy: name and expressions.
+    static let indexes: [(String, [String])] = [
+        ("n", ["n"]), ("kn", ["k", "n"]), ("s", ["s"]), ("x", ["x"]), ("ac", ["a.c"]), ("bn", ["b", "n"]),
+        ("t0", ["t[0]"]), ("name", ["名"]), ("oqr", ["o.q.r"]), ("ab", ["a.b", "s"]),
+    ]
 
     /// Saves the documents (deleting and expiring some), then loads the oracle's table with
     /// the same bodies and the sequences and revision IDs the database assigned.

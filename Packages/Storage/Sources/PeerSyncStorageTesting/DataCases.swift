@@ -138,6 +138,36 @@ enum DataCases {
         }
     }
 
+    /// Keys built from low control characters (U+0001 … U+000A, which value-index keys use as
+    /// type tags and separators), hex digits and multi-byte characters: stored and enumerated
+    /// in UTF-8 byte order, both ways, and bounded by ranges whose bounds end in such bytes.
+    static func controlCharacterKeys(_ t: CaseContext) throws {
+        let store = try t.open()
+        let pieces = ["\u{1}", "\u{2}", "\u{3}", "\u{6}", "\u{7}", "\u{9}", "\n", "0", "f", "a", "\u{E9}", "\u{10FFFF}"]
+        var keys = Set<String>()
+        for a in pieces {
+            for b in pieces { keys.insert(a + b); keys.insert("\u{7}" + a + "\u{1}" + b) }
+        }
+        let sorted = keys.sorted(by: byteOrder)
+        try store.write { w in
+            for key in sorted.reversed() { try w.put(Record(key: key, body: key.bytes), in: "ctl") }
+        }
+        try store.read { r in
+            try t.checkEqual(try t.keys(r, "ctl"), sorted, "control-character keys in UTF-8 byte order")
+            try t.checkEqual(try t.keys(r, "ctl", descending: true), sorted.reversed(), "descending")
+            let bounds: [String?] = [nil, "\u{1}", "\u{2}", "\u{6}\n", "\u{7}", "\u{7}\u{7}", "\u{7}\u{7}\n", "\u{7}f\u{1}\u{1}", "\n", "a", "\u{10FFFF}"]
+            for lower in bounds {
+                for upper in bounds {
+                    let range = KeyRange(from: lower, to: upper)
+                    try t.checkEqual(try t.keys(r, "ctl", range: range), sorted.filter(range.contains),
+                                     "range \(brief(lower)) ..< \(brief(upper))")
+                    try t.checkEqual(try t.keys(r, "ctl", range: range, descending: true), sorted.filter(range.contains).reversed(),
+                                     "range \(brief(lower)) ..< \(brief(upper)), descending")
+                }
+            }
+        }
+    }
+
     static func utf8KeyOrdering(_ t: CaseContext) throws {
         let store = try t.open()
         var keys = [

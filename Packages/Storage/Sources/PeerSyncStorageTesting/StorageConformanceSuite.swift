@@ -175,6 +175,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "manyKeyspacesAndDrop", needsMultiProcess: false, body: DataCases.manyKeyspacesAndDrop),
         ConformanceCase(name: "keyspaceNames", needsMultiProcess: false, body: DataCases.keyspaceNames),
         ConformanceCase(name: "utf8KeyOrdering", needsMultiProcess: false, body: DataCases.utf8KeyOrdering),
+        ConformanceCase(name: "controlCharacterKeys", needsMultiProcess: false, body: DataCases.controlCharacterKeys),
         ConformanceCase(name: "emptyAndBinaryFields", needsMultiProcess: false, body: DataCases.emptyAndBinaryFields),
         ConformanceCase(name: "reopenAfterClose", needsMultiProcess: false, body: LifecycleCases.reopenAfterClose),
         ConformanceCase(name: "twoHandlesOneProcess", needsMultiProcess: false, body: LifecycleCases.twoHandlesOneProcess),

@@ -1,0 +1,286 @@
+import PeerSyncCore
+import PeerSyncStorage
+
+// Value indexes, the database's half (the query package, PeerSyncQuery, holds the other: the
+// index API with Couchbase Lite's names, the key encoding and the planner).
+//
+// Storage layout, per collection:
+// - `idxdef:<scope>.<collection>`: one record per index, key = index name, body = the
+//   definition as canonical JSON (`{"kind":"value","expressions":[…SQL++ text…],"stale":false}`);
+// - `idx:<scope>.<collection>:<name>`: the entries of one index: one record per live document,
+//   key = what the ``DocumentIndexer`` computes (an order-preserving encoding of the indexed
+//   values, then the document ID), body = the document ID.
+//
+// Every change of a document's current revision (save, delete, purge, expiry, replicated
+// insert, conflict resolution) goes through `DocumentEngine.writeTree` or a purge, and both
+// call ``IndexMaintenance`` in the same storage write transaction: an index is never out of
+// step with its documents, in any process, on any backend, and rolls back with them.
+//
+// The database cannot evaluate query expressions itself (the query package depends on it, not
+// the reverse), so the query package installs a ``DocumentIndexer`` (process-wide, on first use
+// of any query or index API). A write made in a process that never installed one cannot compute
+// entries: it marks the collection's indexes *stale* in the same transaction instead, and the
+// query package rebuilds a stale index before it uses it. So results stay right either way.
+
+/// The stored definition of one index of a collection (what the query package's
+/// `ValueIndexConfiguration` becomes).
+@_spi(Indexing)
+public struct IndexDefinition: Sendable, Hashable {
+    /// The index name, unique within its collection.
+    public var name: String
+    /// `"value"` (the only kind for now; array and full-text indexes would add kinds).
+    public var kind: String
+    /// The indexed expressions, as SQL++ text, in index order.
+    public var expressions: [String]
+    /// Whether the entries are out of date (a process without a ``DocumentIndexer`` changed a
+    /// document): the index must be rebuilt before it is used.
+    public var isStale: Bool
+
+    /// A definition with these values (not stale by default).
+    public init(name: String, kind: String = "value", expressions: [String], isStale: Bool = false) {
+        self.name = name
+        self.kind = kind
+        self.expressions = expressions
+        self.isStale = isStale
+    }
+
+    var json: JSONValue {
+        ["kind": .string(kind), "expressions": .array(expressions.map { .string($0) }), "stale": .bool(isStale)]
+    }
+
+    init(name: String, record: Record) throws(PeerSyncError) {
+        let value = try JSONValue(parsing: record.body)
+        guard let kind = value["kind"]?.stringValue, let list = value["expressions"]?.arrayValue else {
+            throw PeerSyncError(.corrupt, "stored index definition is invalid", context: ["index": name])
+        }
+        self.init(name: name, kind: kind, expressions: list.compactMap(\.stringValue),
+                  isStale: value["stale"]?.boolValue ?? false)
+    }
+}
+
+/// Computes the entries of one document in an index: implemented by the query package, which
+/// parses and evaluates the expressions. Called inside storage write transactions, on the
+/// database's writer queue, so it must not block on anything but the CPU.
+@_spi(Indexing)
+public protocol DocumentIndexer: Sendable {
+    /// The storage keys of the entries of the live document `documentID`, whose current body
+    /// is `body` (canonical JSON of an object), in each index of `definitions` (one array per
+    /// definition, in order). Keys sort in the index's order under the storage's byte order
+    /// and end with the document ID, so they are unique.
+    /// Errors: any; the write that needed the keys fails and rolls back.
+    func entryKeys(for definitions: [IndexDefinition], documentID: String, body: [UInt8]) throws -> [[String]]
+}
+
+/// The process-wide indexer (see the file comment).
+@_spi(Indexing)
+public enum DocumentIndexing {
+    private static let installed = LockedValue<(any DocumentIndexer)?>(nil)
+
+    /// Installs the indexer every database of this process uses from now on. Idempotent; the
+    /// last one installed wins.
+    public static func install(_ indexer: any DocumentIndexer) {
+        installed.withLock { $0 = indexer }
+    }
+
+    /// The installed indexer, if any.
+    public static var indexer: (any DocumentIndexer)? { installed.withLock { $0 } }
+}
+
+extension CollectionSpec {
+    /// Index definitions: key = index name.
+    var indexDefinitionsKeyspace: String { "idxdef:" + fullName }
+    /// The entries of index `name`.
+    func indexKeyspace(_ name: String) -> String { "idx:" + fullName + ":" + name }
+}
+
+/// Index upkeep for one document change, inside the write transaction that makes it.
+struct IndexMaintenance {
+    let spec: CollectionSpec
+    var definitions: [IndexDefinition]
+
+    /// The collection's index definitions, or nil when it has none (the common case: one
+    /// enumeration of an empty keyspace).
+    static func load(_ spec: CollectionSpec, _ reader: any StorageReader) throws -> IndexMaintenance? {
+        let definitions = try readDefinitions(spec, reader)
+        return definitions.isEmpty ? nil : IndexMaintenance(spec: spec, definitions: definitions)
+    }
+
+    static func readDefinitions(_ spec: CollectionSpec, _ reader: any StorageReader) throws -> [IndexDefinition] {
+        var out: [IndexDefinition] = []
+        try reader.enumerate(in: spec.indexDefinitionsKeyspace) { record in
+            do {
+                out.append(try IndexDefinition(name: record.key, record: record))
+            } catch let error as PeerSyncError {
+                throw error.with(spec)
+            }
+            return true
+        }
+        return out
+    }
+
+    /// Replaces the entries of document `id` (whose record was `old` and is now `new`; nil:
+    /// absent or purged) in every index.
+    func documentChanged(id: String, old: Record?, new: Record?, _ writer: any StorageWriter) throws {
+        let oldLive = old.flatMap { $0.flags.contains(.deleted) ? nil : $0.body }
+        let newLive = new.flatMap { $0.flags.contains(.deleted) ? nil : $0.body }
+        if oldLive == newLive { return }
+        guard let indexer = DocumentIndexing.indexer else {
+            try markStale(writer)
+            return
+        }
+        let live = definitions.filter { !$0.isStale }
+        if live.isEmpty { return }
+        let empty = [[String]](repeating: [], count: live.count)
+        let allBefore = try oldLive.map { try indexer.entryKeys(for: live, documentID: id, body: $0) } ?? empty
+        let allAfter = try newLive.map { try indexer.entryKeys(for: live, documentID: id, body: $0) } ?? empty
+        for (i, definition) in live.enumerated() {
+            let keyspace = spec.indexKeyspace(definition.name)
+            let before = allBefore[i], after = allAfter[i]
+            if before == after { continue }
+            let keep = Set(before).intersection(after)
+            for key in before where !keep.contains(key) { try writer.purge(key, in: keyspace) }
+            for key in after where !keep.contains(key) {
+                try writer.put(Record(key: key, body: Array(id.utf8)), in: keyspace)
+            }
+        }
+    }
+
+    private func markStale(_ writer: any StorageWriter) throws {
+        for var definition in definitions where !definition.isStale {
+            definition.isStale = true
+            try IndexMaintenance.putDefinition(definition, spec, writer)
+        }
+    }
+
+    static func putDefinition(_ definition: IndexDefinition, _ spec: CollectionSpec, _ writer: any StorageWriter) throws {
+        try writer.put(Record(key: definition.name, body: definition.json.canonicalData), in: spec.indexDefinitionsKeyspace)
+    }
+
+    /// (Re)builds index `definition` from every live document of the collection and stores
+    /// its definition as not stale.
+    static func build(_ definition: IndexDefinition, _ spec: CollectionSpec, indexer: any DocumentIndexer,
+                      _ writer: any StorageWriter) throws {
+        let keyspace = spec.indexKeyspace(definition.name)
+        try writer.dropKeyspace(keyspace)
+        var entries: [(String, String)] = []
+        try writer.enumerate(in: spec.documentsKeyspace) { record in
+            if record.flags.contains(.deleted) { return true }
+            for key in try indexer.entryKeys(for: [definition], documentID: record.key, body: record.body)[0] {
+                entries.append((key, record.key))
+            }
+            return true
+        }
+        // In key order: B-trees fill fastest that way.
+        entries.sort { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+        for (key, id) in entries { try writer.put(Record(key: key, body: Array(id.utf8)), in: keyspace) }
+        var fresh = definition
+        fresh.isStale = false
+        try putDefinition(fresh, spec, writer)
+    }
+
+    /// Drops every index of the collection (the collection is being deleted).
+    static func dropAll(_ spec: CollectionSpec, _ writer: any StorageWriter) throws {
+        for definition in try readDefinitions(spec, writer) { try writer.dropKeyspace(spec.indexKeyspace(definition.name)) }
+        try writer.dropKeyspace(spec.indexDefinitionsKeyspace)
+    }
+}
+
+// MARK: The API the query package builds on
+
+extension Collection {
+    /// The collection's index definitions, sorted by name.
+    ///
+    /// Isolation: a read. Errors: `.notFound` for a deleted collection; storage errors.
+    @_spi(Indexing)
+    public func indexDefinitions() async throws -> [IndexDefinition] {
+        let engine = self.engine
+        return try await database.read { reader in
+            try engine.requireCollection(reader)
+            return try IndexMaintenance.readDefinitions(engine.spec, reader)
+        }
+    }
+
+    /// Creates index `definition.name`, or replaces an index of that name whose expressions or
+    /// kind differ, building its entries from every document in the same write transaction.
+    /// An existing index with the same kind and expressions is left as it is (unless stale:
+    /// then it is rebuilt). Returns whether anything was built.
+    ///
+    /// Isolation: a write. Errors: `.invalidArgument` for an empty name or no expressions,
+    /// `.notFound` for a deleted collection; the indexer's errors; storage errors.
+    @_spi(Indexing)
+    @discardableResult
+    public func storeIndex(_ definition: IndexDefinition, indexer: any DocumentIndexer) async throws -> Bool {
+        guard !definition.name.isEmpty else { throw PeerSyncError(.invalidArgument, "an index name must not be empty") }
+        guard !definition.expressions.isEmpty else {
+            throw PeerSyncError(.invalidArgument, "an index needs at least one expression", context: ["index": definition.name])
+        }
+        let engine = self.engine
+        return try await database.write { writer in
+            try engine.requireCollection(writer)
+            let spec = engine.spec
+            if let record = try writer.get(definition.name, in: spec.indexDefinitionsKeyspace) {
+                let existing = try IndexDefinition(name: definition.name, record: record)
+                if existing.kind == definition.kind && existing.expressions == definition.expressions && !existing.isStale {
+                    return false
+                }
+            }
+            try IndexMaintenance.build(definition, spec, indexer: indexer, writer)
+            return true
+        }
+    }
+
+    /// Rebuilds every stale index of the collection (see ``IndexDefinition/isStale``); returns
+    /// the names rebuilt. Isolation: a write (none when nothing is stale: a read decides).
+    @_spi(Indexing)
+    @discardableResult
+    public func rebuildStaleIndexes(indexer: any DocumentIndexer) async throws -> [String] {
+        let engine = self.engine
+        guard try await indexDefinitions().contains(where: \.isStale) else { return [] }
+        return try await database.write { writer in
+            var rebuilt: [String] = []
+            for definition in try IndexMaintenance.readDefinitions(engine.spec, writer) where definition.isStale {
+                try IndexMaintenance.build(definition, engine.spec, indexer: indexer, writer)
+                rebuilt.append(definition.name)
+            }
+            return rebuilt
+        }
+    }
+
+    /// Deletes index `name` with its entries; returns whether it existed.
+    ///
+    /// Isolation: a write. Errors: `.notFound` for a deleted collection; storage errors.
+    @_spi(Indexing)
+    @discardableResult
+    public func removeIndex(named name: String) async throws -> Bool {
+        let engine = self.engine
+        return try await database.write { writer in
+            try engine.requireCollection(writer)
+            guard try writer.purge(name, in: engine.spec.indexDefinitionsKeyspace) else { return false }
+            try writer.dropKeyspace(engine.spec.indexKeyspace(name))
+            return true
+        }
+    }
+}
+
+extension DatabaseReadTransaction {
+    /// The index definitions of `collection` in this snapshot, sorted by name.
+    /// Errors: `.notFound` for a missing collection, `.closed` after the batch ended.
+    @_spi(Indexing)
+    public func indexDefinitions(of collection: Collection) throws -> [IndexDefinition] {
+        let engine = try engine(collection)
+        return try IndexMaintenance.readDefinitions(engine.spec, reader)
+    }
+
+    /// Calls `body` with the key and document ID of each entry of index `name` of
+    /// `collection` whose key lies in `range`, in key order (reversed when `descending`),
+    /// until it returns false. Errors: `.notFound` for a missing collection, `.closed` after
+    /// the batch ended; errors `body` throws.
+    @_spi(Indexing)
+    public func forEachIndexEntry(index name: String, in collection: Collection, range: KeyRange, descending: Bool,
+                                  _ body: (_ key: String, _ documentID: String) throws -> Bool) throws {
+        let engine = try engine(collection)
+        try reader.enumerate(in: engine.spec.indexKeyspace(name), range: range, descending: descending) { record in
+            try body(record.key, String(decoding: record.body, as: UTF8.self))
+        }
+    }
+}

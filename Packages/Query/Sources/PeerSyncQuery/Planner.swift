@@ -1,0 +1,327 @@
+import PeerSyncCore
+@_spi(Indexing) import PeerSyncDatabase
+import PeerSyncStorage
+
+/// An index a planner may use: its name and its parsed expressions (aliases removed).
+struct UsableIndex: Sendable, Hashable {
+    var name: String
+    var expressions: [ExpressionNode]
+}
+
+/// How a query reads its collection: a full scan, or the entries of one value index in some
+/// key ranges (pure: decided from the plan, the parameters and the indexes, no database).
+struct AccessPath: Sendable, Hashable {
+    /// The index read; nil: a full scan in document-ID order.
+    var index: UsableIndex?
+    /// Key ranges of the index to read, ascending and disjoint (`[lower, upper)`, nil: open).
+    var ranges: [Range] = []
+    /// The conditions the ranges come from, SQL++ text (for `explain()`).
+    var conditions: [String] = []
+    /// When the index also gives the `ORDER BY` order: how many leading values of each key
+    /// the order covers (the equality prefix plus the `ORDER BY` keys), and whether the
+    /// index is read backwards.
+    var order: (values: Int, descending: Bool)? {
+        get { orderValues.map { ($0, orderDescending) } }
+        set { orderValues = newValue?.values; orderDescending = newValue?.descending ?? false }
+    }
+    private var orderValues: Int?
+    private var orderDescending = false
+
+    struct Range: Sendable, Hashable {
+        var lower: String?
+        var upper: String?
+        var keyRange: KeyRange { KeyRange(from: lower, to: upper, includesUpperBound: false) }
+    }
+
+    init(index: UsableIndex? = nil) { self.index = index }
+
+    static let scan = AccessPath()
+}
+
+/// Chooses an ``AccessPath`` (see the package README, "How the planner chooses").
+///
+/// The `WHERE` clause is split into its `AND`ed conditions; a condition restricts index
+/// expression `e` when it is `e = c`, `e IN (c, …)`, `e < c` (`<=`, `>`, `>=`, either side),
+/// `e BETWEEN c AND d` or `e LIKE 'prefix%'`, where `c`, `d` are constants (literals,
+/// parameters, expressions of them) whose value is neither MISSING nor NULL. For each index the
+/// planner takes equalities on its leading expressions, then at most one other restriction on
+/// the next one; the index with the most restricted expressions wins (ties: more equalities,
+/// then the name). Without a usable restriction, an index whose leading expressions (after
+/// the equalities) are the `ORDER BY` keys, all ascending or all descending (a last
+/// `meta().id` ascending key allowed: ties come in document-ID order), serves a query with a
+/// `LIMIT` and no grouping or `DISTINCT`; an index chosen for its restrictions also gives the
+/// order when its next expressions are those keys. Anything else is a scan. Fetched documents
+/// always go through the whole `WHERE` again, so the ranges only need to hold every matching
+/// document: results are those of a scan, row for row.
+enum Planner {
+    static func choose(_ plan: QueryPlan, parameters: [String: JSONValue], indexes: [UsableIndex]) -> AccessPath {
+        if plan.includesDeleted || indexes.isEmpty { return .scan }
+        let evaluator = Evaluator(parameters: parameters)
+        let conditions = plan.whereClause.map { conjuncts(QueryIndexer.normalized($0)) } ?? []
+        // A last `meta().id` ascending key is the order of ties the index path gives anyway.
+        var ordering = plan.orderBy
+        if ordering.count > 1, let last = ordering.last, !last.descending, case .meta(.id, _) = last.expression {
+            ordering.removeLast()
+        }
+        let orderable = !plan.isAggregate && !plan.distinct && !ordering.isEmpty
+            && Set(ordering.map(\.descending)).count == 1
+        let orderKeys = ordering.map { QueryIndexer.normalized($0.expression) }
+
+        var best: (path: AccessPath, score: Int)?
+        for index in indexes.sorted(by: { $0.name < $1.name }) {
+            var prefix: [JSONValue] = []
+            var used: [String] = []
+            var restriction: (ranges: [AccessPath.Range], text: String)?
+            for expression in index.expressions {
+                if let (value, text) = equality(on: expression, in: conditions, evaluator) {
+                    prefix.append(value)
+                    used.append(text)
+                    continue
+                }
+                restriction = restrict(expression, prefix: IndexKey.encode(prefix), in: conditions, evaluator)
+                break
+            }
+            var path = AccessPath(index: index)
+            if let restriction {
+                path.ranges = restriction.ranges
+                used.append(restriction.text)
+            } else {
+                let (lower, upper) = prefix.isEmpty ? (nil, nil) : IndexKey.prefixRange(prefix)
+                path.ranges = [AccessPath.Range(lower: lower, upper: upper)]
+            }
+            path.conditions = used
+            // Does the index give the ORDER BY order? Its expressions after the equalities must
+            // be the ORDER BY keys (the restricted one may be the first of them).
+            if orderable, prefix.count + orderKeys.count <= index.expressions.count,
+               Array(index.expressions[prefix.count..<(prefix.count + orderKeys.count)]) == orderKeys {
+                path.order = (prefix.count + orderKeys.count, ordering[0].descending)
+            }
+            let restricted = prefix.count + (restriction == nil ? 0 : 1)
+            let score: Int
+            if restricted > 0 {
+                score = 1000 * restricted + 10 * prefix.count + (path.order == nil ? 0 : 1)
+            } else if path.order != nil && plan.limit != nil {
+                score = 1
+            } else {
+                continue
+            }
+            if best == nil || score > best!.score { best = (path, score) }
+        }
+        return best?.path ?? .scan
+    }
+
+    /// The `AND`ed conditions of a condition.
+    static func conjuncts(_ node: ExpressionNode) -> [ExpressionNode] {
+        if case .binary(.and, let l, let r) = node { return conjuncts(l) + conjuncts(r) }
+        return [node]
+    }
+
+    /// The value of a constant expression (no document), or nil when it reads the document or
+    /// its value is MISSING or NULL.
+    static func constant(_ node: ExpressionNode, _ evaluator: Evaluator) -> JSONValue? {
+        let readsDocument = node.contains {
+            switch $0 {
+            case .property, .all, .meta, .aggregate: return true
+            default: return false
+            }
+        }
+        if readsDocument { return nil }
+        guard let value = try? evaluator.evaluate(node, nil), !value.isNull else { return nil }
+        return value
+    }
+
+    /// `e = c` or `c = e`.
+    private static func equality(on e: ExpressionNode, in conditions: [ExpressionNode],
+                                 _ evaluator: Evaluator) -> (JSONValue, String)? {
+        for condition in conditions {
+            guard case .binary(.equal, let l, let r) = condition else { continue }
+            if l == e, let v = constant(r, evaluator) { return (v, SQLPrinter.expression(condition)) }
+            if r == e, let v = constant(l, evaluator) { return (v, SQLPrinter.expression(condition)) }
+        }
+        return nil
+    }
+
+    /// Ranges of entries (after `prefix`) holding every document for which one condition on
+    /// `e` is true: the first condition found of `IN`, `BETWEEN`, comparisons, `LIKE`.
+    private static func restrict(_ e: ExpressionNode, prefix: [UInt8], in conditions: [ExpressionNode],
+                                 _ evaluator: Evaluator) -> (ranges: [AccessPath.Range], text: String)? {
+        let groupEnd = prefix.isEmpty ? nil : IndexKey.string(prefix + [IndexKey.afterValue])
+        // Comparisons are false for MISSING and NULL: the ranges start at `false`.
+        let firstValued = IndexKey.string(prefix + [IndexKey.Tag.false.rawValue])
+        func key(_ v: JSONValue) -> [UInt8] { prefix + IndexKey.encode([v]) }
+        func after(_ v: JSONValue) -> String { IndexKey.string(key(v) + [IndexKey.afterValue]) }
+        for condition in conditions {
+            let text = SQLPrinter.expression(condition)
+            switch condition {
+            case .in(let x, let list) where x == e:
+                var values: [JSONValue] = []
+                for item in list {
+                    guard !item.contains({ if case .property = $0 { return true }; if case .meta = $0 { return true }; return false }) else {
+                        values = []
+                        break
+                    }
+                    if let v = constant(item, evaluator) { values.append(v) }
+                }
+                if values.isEmpty { continue }
+                var ranges = values.map { AccessPath.Range(lower: IndexKey.string(key($0)), upper: after($0)) }
+                ranges.sort { ($0.lower ?? "").utf8.lexicographicallyPrecedes(($1.lower ?? "").utf8) }
+                var unique: [AccessPath.Range] = []
+                for r in ranges where unique.last != r { unique.append(r) }
+                return (unique, text)
+            case .between(let x, let lo, let hi) where x == e:
+                guard let a = constant(lo, evaluator), let b = constant(hi, evaluator) else { continue }
+                return ([AccessPath.Range(lower: IndexKey.string(key(a)), upper: after(b))], text)
+            case .binary(let op, let l, let r) where [.less, .lessOrEqual, .greater, .greaterOrEqual].contains(op):
+                var op = op
+                let c: JSONValue
+                if l == e, let v = constant(r, evaluator) {
+                    c = v
+                } else if r == e, let v = constant(l, evaluator) {
+                    c = v
+                    op = [.less: .greater, .lessOrEqual: .greaterOrEqual, .greater: .less, .greaterOrEqual: .lessOrEqual][op]!
+                } else {
+                    continue
+                }
+                let range: AccessPath.Range
+                switch op {
+                case .less: range = AccessPath.Range(lower: firstValued, upper: IndexKey.string(key(c)))
+                case .lessOrEqual: range = AccessPath.Range(lower: firstValued, upper: after(c))
+                case .greater: range = AccessPath.Range(lower: after(c), upper: groupEnd)
+                default: range = AccessPath.Range(lower: IndexKey.string(key(c)), upper: groupEnd)
+                }
+                return ([range], text)
+            case .binary(.like, let l, let r) where l == e:
+                // A pattern starting with a wildcard would read every string: a scan is better.
+                guard case .string(let pattern)? = constant(r, evaluator), !literalPrefix(pattern).isEmpty else { continue }
+                let (lower, upper) = IndexKey.stringPrefixRange(prefix, literalPrefix(pattern))
+                return ([AccessPath.Range(lower: lower, upper: upper)], text)
+            default:
+                continue
+            }
+        }
+        return nil
+    }
+
+    /// The text every match of a `LIKE` pattern starts with: the pattern up to its first
+    /// unescaped `%` or `_`, escapes removed.
+    static func literalPrefix(_ pattern: String) -> String {
+        var out = String.UnicodeScalarView()
+        var escape = false
+        for c in pattern.unicodeScalars {
+            if escape { out.append(c); escape = false; continue }
+            if c == "\\" { escape = true; continue }
+            if c == "%" || c == "_" { break }
+            out.append(c)
+        }
+        return String(out)
+    }
+
+    /// `explain()`'s line for the access path.
+    static func describe(_ path: AccessPath, plan: QueryPlan, collection: String) -> String {
+        let source = "\(collection)\(plan.source.alias.map { " AS \($0)" } ?? "")"
+        guard let index = path.index else {
+            return "SCAN COLLECTION \(source) (full scan in document-ID order, no index used; "
+                + (plan.includesDeleted ? "deleted documents included" : "deleted documents skipped") + ")"
+        }
+        var line = "SEARCH COLLECTION \(source) USING INDEX \(index.name) ("
+            + index.expressions.map(SQLPrinter.expression).joined(separator: ", ") + ")"
+        if !path.conditions.isEmpty { line += " FOR " + path.conditions.joined(separator: " AND ") }
+        if let order = path.order {
+            line += "; ORDER BY FROM THE INDEX" + (order.descending ? " (read backwards)" : "")
+        } else {
+            line += "; documents fetched in document-ID order"
+        }
+        return line
+    }
+}
+
+/// Runs an ``AccessPath`` in a read transaction: yields the documents an ``Executor`` filters.
+enum IndexedScan {
+    /// Feeds `visit` the documents of `path`: for a scan, every document in ID order; for
+    /// an index without order, the documents of its ranges in document-ID order; for an index
+    /// giving the order, in that order with ties (equal ordered values) in document-ID order.
+    static func run(_ path: AccessPath, collection: Collection, transaction: DatabaseReadTransaction,
+                    includeDeleted: Bool, readsExpiration: Bool,
+                    visit: (QueryDocument) throws -> Bool) throws {
+        func emit(_ document: Document) throws -> Bool {
+            var expiration: Int64?
+            if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
+                expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
+            }
+            return try visit(QueryDocument(id: document.id, sequence: document.sequence,
+                                           revisionID: document.revisionID ?? "", isDeleted: document.isDeleted,
+                                           expiration: expiration, properties: document.properties))
+        }
+        guard let index = path.index else {
+            try transaction.forEachDocument(in: collection, includeDeleted: includeDeleted, emit)
+            return
+        }
+        if let order = path.order {
+            var group: [String] = []
+            var groupKey: ArraySlice<UInt8>?
+            var stopped = false
+            func flush() throws {
+                group.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+                for id in group where !stopped {
+                    if let document = try transaction.document(id: id, in: collection), !(try emit(document)) { stopped = true }
+                }
+                group.removeAll(keepingCapacity: true)
+            }
+            let ranges = order.descending ? path.ranges.reversed() : path.ranges
+            for range in ranges where !stopped {
+                try transaction.forEachIndexEntry(index: index.name, in: collection, range: range.keyRange,
+                                                  descending: order.descending) { key, id in
+                    let bytes = Array(key.utf8)
+                    let prefix = bytes[0..<(IndexKey.valuesLength(bytes, count: order.values) ?? bytes.count)]
+                    if let current = groupKey, current != prefix {
+                        try flush()
+                        if stopped { return false }
+                    }
+                    groupKey = prefix
+                    group.append(id)
+                    return true
+                }
+            }
+            if !stopped { try flush() }
+            return
+        }
+        var ids: [String] = []
+        for range in path.ranges {
+            try transaction.forEachIndexEntry(index: index.name, in: collection, range: range.keyRange,
+                                              descending: false) { _, id in
+                ids.append(id)
+                return true
+            }
+        }
+        ids.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        var previous: String?
+        for id in ids where id != previous {
+            previous = id
+            guard let document = try transaction.document(id: id, in: collection) else { continue }
+            if !(try emit(document)) { return }
+        }
+    }
+}
+
+/// Plans a query inside its read transaction, from the index definitions of that snapshot.
+enum QueryAccess {
+    /// The access path and whether a stale index was passed over (the caller rebuilds it).
+    static func path(_ plan: QueryPlan, parameters: [String: JSONValue], collection: Collection,
+                     transaction: DatabaseReadTransaction) throws -> (path: AccessPath, sawStale: Bool) {
+        let indexer = QueryIndexer.installed
+        let definitions = try transaction.indexDefinitions(of: collection)
+        if definitions.isEmpty { return (.scan, false) }
+        var usable: [UsableIndex] = []
+        for definition in definitions where definition.kind == "value" && !definition.isStale {
+            guard let nodes = try? definition.expressions.map({ text throws(PeerSyncError) in try indexer.compile(text) }) else { continue }
+            usable.append(UsableIndex(name: definition.name, expressions: nodes))
+        }
+        return (Planner.choose(plan, parameters: parameters, indexes: usable), definitions.contains(where: \.isStale))
+    }
+
+    /// Rebuilds the collection's stale indexes (a process without the query package changed
+    /// documents; see `IndexDefinition.isStale`).
+    static func rebuildStaleIndexes(_ collection: Collection) async throws {
+        try await collection.rebuildStaleIndexes(indexer: QueryIndexer.installed)
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import PeerSync
+#if SQLite
+import PeerSyncSQLiteBaseline
+#endif
+
+/// `peersync bench query [--docs 100000] [--repeat 3] [--backend sqlite|lmdb] [--json]`: the
+/// same documents in our database and in a plain SQLite table (`SQLiteJSONDocuments`, the JSON
+/// as text) with expression indexes on `json_extract`; each query run in turns, ours then
+/// SQLite's, `--repeat` times; median (min–max) milliseconds and the ratio to SQLite.
+/// Index upkeep: a bulk insert with the indexes against the same insert without them, ours
+/// and SQLite's.
+enum QueryBenchmark {
+    struct Case {
+        var name: String
+        var ours: String
+        var sqlite: String
+    }
+
+    static let cases = [
+        Case(name: "indexed =", ours: "SELECT meta().id, n FROM docs WHERE type = 'type42'",
+             sqlite: "SELECT id, json_extract(body, '$.n') FROM docs WHERE json_extract(body, '$.type') = 'type42'"),
+        Case(name: "range+order+limit", ours: "SELECT meta().id, n FROM docs WHERE n >= 5000 ORDER BY n LIMIT 20",
+             sqlite: "SELECT id, json_extract(body, '$.n') FROM docs WHERE json_extract(body, '$.n') >= 5000 ORDER BY json_extract(body, '$.n') LIMIT 20"),
+        Case(name: "scan predicate", ours: "SELECT meta().id, v FROM docs WHERE v < 10",
+             sqlite: "SELECT id, json_extract(body, '$.v') FROM docs WHERE json_extract(body, '$.v') < 10"),
+        Case(name: "group by count", ours: "SELECT k, COUNT(*) AS c FROM docs GROUP BY k",
+             sqlite: "SELECT json_extract(body, '$.k'), COUNT(*) FROM docs GROUP BY json_extract(body, '$.k')"),
+    ]
+
+    /// Document `i`: ~100 documents per `type` value, `n` = i, `v` pseudo-random in 0..<1000,
+    /// `k` one of 10 categories, and some text.
+    static func body(_ i: Int, count: Int) -> [String: JSONValue] {
+        var x = UInt64(i) &* 0x9E37_79B9_7F4A_7C15
+        x ^= x >> 29
+        return ["type": .string("type\(i % max(1, count / 100))"), "n": .int(Int64(i)), "v": .int(Int64(x % 1000)),
+                "k": .string("k\(i % 10)"), "title": .string("Document number \(i) with a short title"),
+                "done": .bool(i % 3 == 0)]
+    }
+
+    static func run(_ args: [String]) async throws -> Int32 {
+        let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend"], flagOptions: ["json"])
+        try parsed.expectPositionals(0)
+        let docs = try parsed.int("docs") ?? 100_000
+        let repeats = try parsed.int("repeat") ?? 3
+        guard docs >= 100, repeats >= 1 else { throw UsageError("--docs must be at least 100 and --repeat at least 1") }
+        let backendName = parsed.value("backend") ?? "sqlite"
+        guard let backend = StorageBackends.named(backendName), backend.name != "memory" else {
+            throw UsageError("unknown backend '\(backendName)'")
+        }
+        #if SQLite
+        #if DEBUG
+        printError("peersync bench: note: this is a debug build; build with -c release for meaningful figures")
+        #endif
+        let json = parsed.flag("json")
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-bench-query-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let bodies = (0..<docs).map { body($0, count: docs) }
+        let texts = bodies.map { JSONValue.object($0).canonicalString }
+        let indexes: [(String, String)] = [("byType", "type"), ("byN", "n")]
+
+        // Bulk inserts: ours without and with the indexes, SQLite's without and with.
+        func loadOurs(_ name: String, indexed: Bool) async throws -> (Database, Double) {
+            let db = try await Database(name: name, config: DatabaseConfiguration(directory: scratch, backend: backend))
+            let collection = try await db.createCollection(name: "docs")
+            if indexed {
+                for (index, expression) in indexes {
+                    try await collection.createIndex(withName: index, config: ValueIndexConfiguration([expression]))
+                }
+            }
+            let seconds = try await measure {
+                for start in stride(from: 0, to: docs, by: 10_000) {
+                    let chunk = Array(start..<min(docs, start + 10_000))
+                    try await db.inBatch { txn in
+                        for i in chunk {
+                            var doc = MutableDocument(id: String(format: "doc%07d", i), data: bodies[i])
+                            try txn.save(document: &doc, in: collection)
+                        }
+                    }
+                }
+            }
+            return (db, seconds)
+        }
+        func loadSQLite(_ name: String, indexed: Bool) async throws -> (SQLiteJSONDocuments, Double) {
+            let table = try SQLiteJSONDocuments(path: scratch + "/" + name + ".sqlite")
+            if indexed {
+                for (index, expression) in indexes {
+                    try table.execute("CREATE INDEX \(index) ON docs(json_extract(body, '$.\(expression)'))")
+                }
+            }
+            let rows = (0..<docs).map { SQLiteJSONDocuments.Row(id: String(format: "doc%07d", $0), sequence: Int64($0 + 1), revisionID: "1-a", body: texts[$0]) }
+            let seconds = try await measure { try table.insert(rows) }
+            return (table, seconds)
+        }
+        let (plain, oursPlain) = try await loadOurs("plain", indexed: false)
+        try await plain.close()
+        let (plainSQLite, sqlitePlain) = try await loadSQLite("plain", indexed: false)
+        try plainSQLite.close()
+        let (db, oursIndexed) = try await loadOurs("indexed", indexed: true)
+        let (table, sqliteIndexed) = try await loadSQLite("indexed", indexed: true)
+        try table.execute("ANALYZE")
+
+        var results: [(name: String, ours: [Double], sqlite: [Double], rows: Int, plan: String)] = []
+        for c in cases {
+            let query = try db.createQuery(c.ours)
+            let plan = try await query.explain().split(separator: "\n").dropFirst().first.map(String.init) ?? ""
+            var ours: [Double] = [], theirs: [Double] = []
+            var rows = 0, sqliteRows = 0
+            for _ in 0..<repeats {
+                ours.append(try await measure { rows = try await query.execute().count } * 1000)
+                theirs.append(try await measure { sqliteRows = try table.query(c.sqlite).count } * 1000)
+            }
+            if rows != sqliteRows { printError("peersync bench: \(c.name): \(rows) rows, SQLite \(sqliteRows)") }
+            results.append((c.name, ours, theirs, rows, plan))
+        }
+        try await db.close()
+        try table.close()
+
+        func median(_ v: [Double]) -> Double { v.sorted()[v.count / 2] }
+        func cell(_ v: [Double]) -> String {
+            String(format: "%.2f (%.2f–%.2f)", median(v), v.min() ?? 0, v.max() ?? 0)
+        }
+        if json {
+            for r in results {
+                let object: JSONValue = ["benchmark": "query", "case": .string(r.name), "backend": .string(backend.name),
+                                         "docs": .int(Int64(docs)), "rows": .int(Int64(r.rows)),
+                                         "ms": .double(median(r.ours)), "sqlite_ms": .double(median(r.sqlite)),
+                                         "ratio": .double((median(r.ours) / max(1e-9, median(r.sqlite)) * 100).rounded() / 100)]
+                print(object.canonicalString)
+            }
+            let upkeep: JSONValue = ["benchmark": "query", "case": "index upkeep", "backend": .string(backend.name),
+                                     "docs": .int(Int64(docs)), "ours_plain_s": .double(oursPlain), "ours_indexed_s": .double(oursIndexed),
+                                     "sqlite_plain_s": .double(sqlitePlain), "sqlite_indexed_s": .double(sqliteIndexed)]
+            print(upkeep.canonicalString)
+        } else {
+            print("query benchmark: \(docs) documents, \(backend.name) backend, SQLite \(SQLiteJSONDocuments.version), "
+                  + "\(repeats) runs each, ms median (min–max)")
+            print(pad("query", 19) + pad("rows", 6, right: true) + pad("ours ms", 24) + pad("SQLite ms", 24) + pad("ratio", 6, right: true))
+            for r in results {
+                print(pad(r.name, 19) + pad("\(r.rows)", 6, right: true) + pad(cell(r.ours), 24) + pad(cell(r.sqlite), 24)
+                      + pad(String(format: "%.2f", median(r.ours) / max(1e-9, median(r.sqlite))), 6, right: true))
+            }
+            print(String(format: "index upkeep (2 indexes): bulk insert ours %.2f s → %.2f s with indexes (×%.2f); "
+                         + "SQLite %.2f s → %.2f s (×%.2f)", oursPlain, oursIndexed, oursIndexed / oursPlain,
+                         sqlitePlain, sqliteIndexed, sqliteIndexed / sqlitePlain))
+            for r in results { print("plan of \(r.name): \(r.plan)") }
+        }
+        return 0
+        #else
+        throw PeerSyncError(.invalidArgument, "bench query needs the SQLite trait (its baseline is SQLite)")
+        #endif
+    }
+}
