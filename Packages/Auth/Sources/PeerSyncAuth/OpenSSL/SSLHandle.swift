@@ -83,7 +83,8 @@ final class SSLHandle {
             return (nil, deferred)
         }
         var outcome = SSLResult.wantRead
-        let bytes = [UInt8](unsafeUninitializedCapacity: maxBytes) { buffer, count in
+        // Capacity is allocated up front: a caller asking for megabytes gets 256 KiB at most.
+        let bytes = [UInt8](unsafeUninitializedCapacity: min(maxBytes, 256 * 1024)) { buffer, count in
             while count < buffer.count {
                 OpenSSL.clearErrors()
                 let rc = SSL_read(ssl, buffer.baseAddress! + count, Int32(clamping: buffer.count - count))
