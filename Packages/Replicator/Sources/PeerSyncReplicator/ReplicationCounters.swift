@@ -31,32 +31,24 @@ public enum ReplicationCounters {
         public init() {}
 
         /// Field names and values, in a fixed order (for JSON output).
-        public var fields: [(String, Int)] {
-            [("changes_msgs", changesMessages), ("changes_entries", changesEntries),
-             ("propose_msgs", proposeMessages), ("propose_entries", proposeEntries),
-             ("entries_requested", entriesRequested), ("entries_deferred", entriesDeferred),
-             ("entries_saved_by_claims", entriesSavedByClaims),
-             ("revs_sent", revsSent), ("rev_bytes_sent", revBytesSent),
-             ("revs_received", revsReceived), ("revs_inserted", revsInserted), ("norevs_sent", noRevsSent)]
-        }
+        public var fields: [(String, Int)] { Self.named.map { ($0.name, self[keyPath: $0.path]) } }
 
         /// The difference `self − earlier`, counter by counter.
         public func since(_ earlier: Snapshot) -> Snapshot {
             var d = Snapshot()
-            d.changesMessages = changesMessages - earlier.changesMessages
-            d.changesEntries = changesEntries - earlier.changesEntries
-            d.proposeMessages = proposeMessages - earlier.proposeMessages
-            d.proposeEntries = proposeEntries - earlier.proposeEntries
-            d.entriesRequested = entriesRequested - earlier.entriesRequested
-            d.entriesDeferred = entriesDeferred - earlier.entriesDeferred
-            d.entriesSavedByClaims = entriesSavedByClaims - earlier.entriesSavedByClaims
-            d.revsSent = revsSent - earlier.revsSent
-            d.revBytesSent = revBytesSent - earlier.revBytesSent
-            d.revsReceived = revsReceived - earlier.revsReceived
-            d.revsInserted = revsInserted - earlier.revsInserted
-            d.noRevsSent = noRevsSent - earlier.noRevsSent
+            for counter in Self.named { d[keyPath: counter.path] = self[keyPath: counter.path] - earlier[keyPath: counter.path] }
             return d
         }
+
+        /// Every counter: its JSON name and its field, in output order.
+        private static let named: [(name: String, path: WritableKeyPath<Snapshot, Int> & Sendable)] = [
+            ("changes_msgs", \.changesMessages), ("changes_entries", \.changesEntries),
+            ("propose_msgs", \.proposeMessages), ("propose_entries", \.proposeEntries),
+            ("entries_requested", \.entriesRequested), ("entries_deferred", \.entriesDeferred),
+            ("entries_saved_by_claims", \.entriesSavedByClaims),
+            ("revs_sent", \.revsSent), ("rev_bytes_sent", \.revBytesSent),
+            ("revs_received", \.revsReceived), ("revs_inserted", \.revsInserted), ("norevs_sent", \.noRevsSent),
+        ]
     }
 
     static let changesMessages = Atomic<Int>(0), changesEntries = Atomic<Int>(0)
