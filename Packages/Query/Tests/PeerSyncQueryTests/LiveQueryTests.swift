@@ -9,17 +9,6 @@ import Synchronization
 import Testing
 @testable import PeerSyncQuery
 
-/// Polls `condition` until it holds or `timeout` (stretched by `PEERSYNC_SLOW`) passes.
-func eventually(_ timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
-    let clock = ContinuousClock()
-    let deadline = clock.now + slow(timeout)
-    while clock.now < deadline {
-        if try await condition() { return true }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    return try await condition()
-}
-
 /// What a live query reported: each result as the list of its rows' first column (strings),
 /// or "error: …".
 final class Reports: Sendable {

@@ -177,6 +177,19 @@ public let slowFactor = max(1, Int(ProcessInfo.processInfo.environment["PEERSYNC
 /// A deadline or timeout that assumes full speed, stretched by ``slowFactor``.
 public func slow(_ duration: Duration) -> Duration { duration * slowFactor }
 
+/// Polls `condition` every 20 ms until it holds or `timeout` passes, then returns whether it
+/// holds (continuous replication, live queries). `timeout` is what it takes at full speed
+/// (generous: 20 s by default); it is stretched by ``slowFactor``.
+public func eventually(_ timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
+    let clock = ContinuousClock()
+    let deadline = clock.now + slow(timeout)
+    while clock.now < deadline {
+        if try await condition() { return true }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try await condition()
+}
+
 /// Collects document replication events.
 public final class EventLog: Sendable {
     /// The events, in the order they were reported.

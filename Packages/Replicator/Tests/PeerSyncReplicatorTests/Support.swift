@@ -6,18 +6,6 @@ import Synchronization
 // The peers, syncs and snapshots these tests use are in PeerSyncReplicatorTestSupport (shared
 // with Tests/PeerSyncConvergenceTests); what only these tests use is here.
 
-/// Polls `condition` until it holds or `timeout` passes (for continuous replication).
-/// `timeout` is what it takes at full speed: it is stretched by `slowFactor`.
-func eventually(_ timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws -> Bool {
-    let clock = ContinuousClock()
-    let deadline = clock.now + slow(timeout)
-    while clock.now < deadline {
-        if try await condition() { return true }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    return try await condition()
-}
-
 final class Counter: Sendable {
     let value = Mutex(0)
 }
