@@ -154,6 +154,9 @@ public actor BLIPConnection {
     private var closeWaiters: [CheckedContinuation<BLIPCloseReason, Never>] = []
     private var started = false
     private var tasks: [Task<Void, Never>] = []
+    /// Requests dispatched to a handler whose response is not built yet (queued or running).
+    private var unansweredRequests = 0
+    private var handlersFinishedWaiters: [CheckedContinuation<Void, Never>] = []
     private var outStreams: [UInt64: OutStream] = [:]
     private var nextStreamID: UInt64 = 1
     private var streamHeads: [UInt64: StreamHead] = [:]
@@ -864,14 +867,19 @@ public actor BLIPConnection {
     /// holds back a concurrent request behind it (a `changes` handler waiting for revisions
     /// that this very connection's `rev`s are bringing would otherwise wait for itself).
     private func dispatch(_ request: BLIPRequest) {
+        unansweredRequests += 1
         if let profile = request.profile, concurrentProfiles.contains(profile) {
             Task { await self.respond(to: request) }
         } else {
-            requestQueue?.yield(request)
+            switch requestQueue?.yield(request) {
+            case .enqueued?: break
+            default: handlerFinished()  // closed: nobody will answer it
+            }
         }
     }
 
     private func respond(to request: BLIPRequest) async {
+        defer { handlerFinished() }
         let handler = request.profile.flatMap { handlers[$0] }
         var response: BLIPMessage
         var bodySource: BLIPBodySource?
@@ -904,6 +912,24 @@ public actor BLIPConnection {
         if request.message.flags.contains(.urgent) { response.flags.insert(.urgent) }
         response.flags.remove(.noReply)
         enqueue(response, body: bodySource)
+    }
+
+    private func handlerFinished() {
+        unansweredRequests -= 1
+        guard unansweredRequests == 0, !handlersFinishedWaiters.isEmpty else { return }
+        for waiter in handlersFinishedWaiters { waiter.resume() }
+        handlersFinishedWaiters.removeAll()
+    }
+
+    /// Waits until every request received so far has been through its handler (the handler
+    /// returned or threw), including requests still queued for a sequential handler. After
+    /// ``close(code:reason:)`` no new request arrives, so this is the point after which no
+    /// handler of this connection does anything more: a replication session waits for it so
+    /// that everything its handlers stored is reported before it says it stopped. Handlers
+    /// are not cancelled by closing; one that never returns keeps this waiting.
+    public func waitUntilHandlersFinished() async {
+        guard unansweredRequests > 0 else { return }
+        await withCheckedContinuation { handlersFinishedWaiters.append($0) }
     }
 
     // MARK: - Closing

@@ -103,6 +103,49 @@ final class MemoryChannel: BLIPFrameChannel, Sendable {
         #expect(await server.waitUntilClosed() == .normal)
     }
 
+    /// `waitUntilHandlersFinished()` returns only once every request received has been through
+    /// its handler — a concurrent one still running after the connection closed, and a
+    /// sequential one queued behind a busy handler — and at once when none is running.
+    @Test func waitUntilHandlersFinishedWaitsForRunningAndQueuedHandlers() async throws {
+        let (client, server, _, _) = try await connected()
+        let released = Mutex(false)
+        let finished = Mutex<[String]>([])
+        @Sendable func waitForRelease() async {
+            while !released.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(2)) }
+        }
+        await server.setHandler(profile: "slow", concurrent: true) { _ in
+            await waitForRelease()
+            finished.withLock { $0.append("slow") }
+            return nil
+        }
+        await server.setHandler(profile: "first") { _ in
+            await waitForRelease()
+            finished.withLock { $0.append("first") }
+            return nil
+        }
+        await server.setHandler(profile: "second") { _ in
+            finished.withLock { $0.append("second") }
+            return nil
+        }
+        await server.setHandler(profile: "ping", concurrent: true) { _ in nil }
+        await server.start()
+        await client.start()
+        await server.waitUntilHandlersFinished()  // none yet: returns at once
+        for profile in ["slow", "first", "second"] {
+            _ = try await client.sendRequest(BLIPMessage.request(profile, flags: .noReply))
+        }
+        // Requests are dispatched in order: once "ping" is answered, the three are dispatched.
+        _ = try await client.sendRequest(BLIPMessage.request("ping"))
+        await client.close()
+        _ = await server.waitUntilClosed()
+        let waiting = Task { await server.waitUntilHandlersFinished(); return finished.withLock { $0 } }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(finished.withLock { $0 }.isEmpty)
+        released.withLock { $0 = true }
+        let seen = await waiting.value
+        #expect(Set(seen) == ["slow", "first", "second"])
+    }
+
     /// A handler's error reply is the `BLIPError` its thrown error carries, on the wire exactly
     /// the properties `Error-Domain`, `Error-Code` and the message as body; any other error is
     /// `BLIP`/500 with the error's message. The requester reads the reply back as a `BLIPError`.

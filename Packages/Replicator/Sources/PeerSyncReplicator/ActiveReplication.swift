@@ -44,8 +44,12 @@ struct ActiveReplication: Sendable {
                 throw PeerSyncError(.closed, "the peer closed the connection")
             }
             await session.stop()
+            await blip.waitUntilHandlersFinished()
         } catch {
             await session.stop()
+            // A revision being stored when the connection ended is reported before the
+            // replicator says it stopped (and while it is still alive to report it).
+            await blip.waitUntilHandlersFinished()
             // The session's own failure (a revision not stored) is why the connection closed.
             throw session.failure ?? error
         }

@@ -65,6 +65,9 @@ final class PassiveSession: Sendable {
         await blip.start()
         _ = await blip.waitUntilClosed()
         await context.stop()
+        // What the handlers were storing when the connection ended is reported before run()
+        // returns.
+        await blip.waitUntilHandlersFinished()
     }
 
     /// Stops every worker and closes the connection.

@@ -376,7 +376,9 @@ public final class Replicator: Sendable {
 
     /// Calls `listener` with every batch of pushed or pulled documents (or documents that
     /// failed to replicate), on the same serial queue as the status listeners; add it before
-    /// ``start(reset:)`` to see every document. The token (or
+    /// ``start(reset:)`` to see every document. Every document stored or sent by a run is
+    /// reported before that run's `.stopped` status — also a revision still being stored when
+    /// the connection ended or ``stop()`` was called. The token (or
     /// ``removeChangeListener(withToken:)``) removes it.
     @discardableResult
     public func addDocumentReplicationListener(_ listener: @escaping @Sendable (DocumentReplication) -> Void) -> ReplicatorListenerToken {
