@@ -163,7 +163,7 @@ actor Pusher {
                         if !filter(doc, change.deleted ? .deleted : []) { continue }
                     }
                     // Only the current revision travels (the feed's entry), never another leaf.
-                    if context.peerRevision(index, change.docID) == change.revID { continue }
+                    if context.peerHas(index, change.docID, change.revID) { continue }
                     candidates.append(change)
                 }
                 since = changes.last?.sequence ?? since

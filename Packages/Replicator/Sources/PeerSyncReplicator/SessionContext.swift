@@ -69,7 +69,7 @@ final class SessionContext: Sendable {
         var table: CollectionTable
         /// Revisions known to be on the peer, per collection index and document. Bounded (see
         /// ``RecentMap``): memory stays flat however many documents replicate.
-        var peerRevisions: [Int: RecentMap<RevisionID>] = [:]
+        var peerRevisions: [Int: RecentMap<PackedRevisionID>] = [:]
         var busyParts: Set<BusyPart> = []
         var reportedBusy: Bool?
         var closed = false
@@ -173,14 +173,21 @@ final class SessionContext: Sendable {
     /// The revision of `docID` the peer is known to have (its current one, as far as this
     /// session saw), if still remembered.
     func peerRevision(_ index: Int, _ docID: String) -> RevisionID? {
-        state.withLock { $0.peerRevisions[index]?[docID] }
+        state.withLock { $0.peerRevisions[index]?[docID] }?.revisionID
+    }
+
+    /// Whether the peer is known to have `revID` of `docID` as its current revision (the
+    /// same as `peerRevision(index, docID) == revID`, without building a revision ID).
+    func peerHas(_ index: Int, _ docID: String, _ revID: RevisionID) -> Bool {
+        let known = state.withLock { $0.peerRevisions[index]?[docID] }
+        return known == PackedRevisionID(revID)
     }
 
     /// Records that the peer has `revID` of `docID` (nil: forget what it had).
     func setPeerRevision(_ index: Int, _ docID: String, _ revID: RevisionID?) {
         state.withLock { s in
             if let revID {
-                s.peerRevisions[index, default: RecentMap()][docID] = revID
+                s.peerRevisions[index, default: RecentMap()][docID] = PackedRevisionID(revID)
             } else {
                 s.peerRevisions[index]?[docID] = nil
             }
