@@ -86,7 +86,10 @@ public final class Query: Sendable, CustomStringConvertible {
     /// Runs the query and returns every row.
     ///
     /// Isolation: a read (see "Isolation" on `Database`): one read transaction on one of the
-    /// database's reader threads; the caller suspends until it is done.
+    /// database's reader threads; the caller suspends until it is done. When that snapshot
+    /// shows a *stale* index of the collection (a process without this package changed
+    /// documents, see the package README, "Indexes"), the query first rebuilds it in one write
+    /// transaction, then runs in a new snapshot; a stale index is never read for a result.
     /// Errors: `.invalidQuery` for a collection that does not exist (SQL++, or a joined one),
     /// two data sources with one name, an aggregate in `WHERE` or `ON`, a non-numeric `LIMIT`/`OFFSET`, an invalid regular expression, a wrong number
     /// of function arguments; `.closed` if the database is closed; storage errors.
@@ -95,21 +98,28 @@ public final class Query: Sendable, CustomStringConvertible {
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
-        let (rows, sawStale) = try await database.inReadBatch { transaction in
-            // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
-            // query with joins scans its FROM collection (the planner reads one source's WHERE).
-            let (path, sawStale) = plan.joins.isEmpty
-                ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
-                : (AccessPath.scan, false)
-            let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
-                                    statistics: statistics, path: path)
-            let rows = try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
-                try scan.run(transaction, visit)
+        var rebuilt = false
+        while true {
+            let scanIfStale = rebuilt
+            let rows: [[JSONValue?]]? = try await database.inReadBatch { transaction in
+                // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
+                // query with joins scans its FROM collection (the planner reads one source's WHERE).
+                let (path, sawStale) = plan.joins.isEmpty
+                    ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+                    : (AccessPath.scan, false)
+                // A stale index (see `rebuildStaleIndexes`) is rebuilt before the query runs;
+                // if another process made it stale again since, this run scans instead.
+                if sawStale && !scanIfStale { return nil }
+                let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
+                                        statistics: statistics, path: path)
+                return try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
+                    try scan.run(transaction, visit)
+                }
             }
-            return (rows, sawStale)
+            if let rows { return ResultSet(columnNames: plan.columnNames, rows: rows) }
+            try await QueryAccess.rebuildStaleIndexes(collection)
+            rebuilt = true
         }
-        if sawStale { try await QueryAccess.rebuildStaleIndexes(collection) }
-        return ResultSet(columnNames: plan.columnNames, rows: rows)
     }
 
     /// A readable description of how the query runs: the SQL++ text, then one step per line
@@ -117,15 +127,26 @@ public final class Query: Sendable, CustomStringConvertible {
     /// name …` with the conditions the index serves and whether it gives the order; then
     /// filter, group, sort, limit, projection). The plan depends on the current
     /// ``parameters`` (a MISSING or NULL value serves no index); a query with joins scans its
-    /// `FROM` collection. Isolation: a read.
+    /// `FROM` collection. Isolation: a read (and, as for ``execute()``, a write first that
+    /// rebuilds a stale index, so the plan shown is the one the query runs).
     /// Errors: `.invalidQuery` as for ``execute()`` when the collection does not exist.
     public func explain() async throws -> String {
         let collection = try await resolveCollection()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
-        let access = plan.joins.isEmpty ? try await database.inReadBatch { transaction in
-            try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction).path
-        } : AccessPath.scan
+        func access() async throws -> (path: AccessPath, sawStale: Bool) {
+            guard plan.joins.isEmpty else { return (.scan, false) }
+            return try await database.inReadBatch { transaction in
+                try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+            }
+        }
+        // As `execute()`: a stale index is rebuilt first, so the plan shown is the one it runs.
+        var (path, sawStale) = try await access()
+        if sawStale {
+            try await QueryAccess.rebuildStaleIndexes(collection)
+            path = try await access().path
+        }
+        let access = path
         return QueryExplainer.explain(plan, collection: collection.fullName, access: access)
     }
 
