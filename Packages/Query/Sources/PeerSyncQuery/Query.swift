@@ -83,7 +83,9 @@ public final class Query: Sendable, CustomStringConvertible {
 
     // MARK: Running
 
-    /// Runs the query and returns every row.
+    /// Runs the query and returns every row: the ``ResultSet`` holds all of them in memory
+    /// (Couchbase Lite's API). To read a large result as it is consumed, holding one page of
+    /// rows at a time, use ``resultStream(pageSize:)``.
     ///
     /// Isolation: a read (see "Isolation" on `Database`): one read transaction on one of the
     /// database's reader threads; the caller suspends until it is done. When that snapshot
