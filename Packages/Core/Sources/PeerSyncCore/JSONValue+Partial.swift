@@ -24,10 +24,11 @@ extension JSONValue {
 extension JSONParser {
     /// The whole input is one object; returns its properties named in `keys`.
     mutating func parseObject(keeping keys: Set<String>) throws(PeerSyncError) -> [String: JSONValue] {
-        // The wanted keys as bytes, for a comparison without building a String when both are ASCII.
-        let asciiKeys = keys.filter { $0.utf8.allSatisfy { $0 < 0x80 } }.map { Array($0.utf8) }
-        let allASCII = asciiKeys.count == keys.count
-        var out: [String: JSONValue] = [:]
+        // When every wanted key is ASCII, a stored key without escapes or non-ASCII bytes is
+        // compared as bytes, without building a String (an ASCII string is canonically
+        // equivalent only to itself); otherwise keys are decoded and compared as Strings.
+        let allASCII = keys.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } }
+        var out: [String: JSONValue] = Dictionary(minimumCapacity: keys.count)
         skipWhitespace()
         guard index < buffer.count, buffer[index] == UInt8(ascii: "{") else { throw error("expected a JSON object") }
         index += 1
@@ -51,9 +52,7 @@ extension JSONParser {
                 if plain && allASCII {
                     guard end < buffer.count else { throw error("unterminated string") }
                     let key = UnsafeBufferPointer(rebasing: buffer[start..<end])
-                    if asciiKeys.contains(where: { $0.elementsEqual(key) }) {
-                        wanted = String(decoding: key, as: UTF8.self)
-                    }
+                    wanted = keys.first { $0.utf8.elementsEqual(key) }
                     index = end + 1
                 } else {
                     let key = try parseString()

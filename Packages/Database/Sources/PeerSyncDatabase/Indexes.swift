@@ -277,6 +277,31 @@ extension Collection {
     }
 }
 
+extension Database {
+    /// A handle on collection `name` of `scope` (default `_default`) without a storage read:
+    /// whether it exists is for the caller to check in its own read transaction
+    /// (``DatabaseReadTransaction/contains(_:)``), so a query makes one trip to a reader, not two.
+    /// Errors: `.invalidArgument` for an invalid name, as ``collection(name:scope:)``.
+    @_spi(Indexing)
+    public func uncheckedCollection(name: String, scope: String?) throws -> Collection {
+        makeCollection(try Database.spec(name: name, scope: scope))
+    }
+}
+
+extension DatabaseReadTransaction {
+    /// Whether `collection` exists in this snapshot. Errors: `.closed` after the batch ended,
+    /// `.invalidArgument` for a collection of another database; storage errors.
+    @_spi(Indexing)
+    public func contains(_ collection: Collection) throws -> Bool {
+        do {
+            _ = try engine(collection)
+            return true
+        } catch let error as PeerSyncError where error.code == .notFound {
+            return false
+        }
+    }
+}
+
 extension Document {
     /// The document's properties for a reader that reads only the top-level properties named
     /// in `keys` (a query that knows which ones its expressions use): a document read from the

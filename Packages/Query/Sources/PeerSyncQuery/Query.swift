@@ -1,5 +1,5 @@
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Indexing) import PeerSyncDatabase
 
 /// A query over a collection and the collections it joins (Couchbase Lite's `Query`), built with ``QueryBuilder`` or
 /// parsed from SQL++ by `Database.createQuery(_:)`. The builder methods (`where`, `groupBy`,
@@ -96,7 +96,7 @@ public final class Query: Sendable, CustomStringConvertible {
     /// two data sources with one name, an aggregate in `WHERE` or `ON`, a non-numeric `LIMIT`/`OFFSET`, an invalid regular expression, a wrong number
     /// of function arguments; `.closed` if the database is closed; storage errors.
     public func execute() async throws -> ResultSet {
-        let (collection, joins) = try await resolveSources()
+        let (collection, joins, mustCheck) = try await sources()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
@@ -104,6 +104,7 @@ public final class Query: Sendable, CustomStringConvertible {
         while true {
             let scanIfStale = rebuilt
             let rows: [[JSONValue?]]? = try await database.inReadBatch { transaction in
+                if mustCheck { try Query.requireExists(collection, transaction) }
                 // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
                 // query with joins scans its FROM collection (the planner reads one source's WHERE).
                 let (path, sawStale) = plan.joins.isEmpty
@@ -150,6 +151,25 @@ public final class Query: Sendable, CustomStringConvertible {
         }
         let access = path
         return QueryExplainer.explain(plan, collection: collection.fullName, access: access)
+    }
+
+    /// The `FROM` collection and the joined ones, as ``resolveSources()``; but a query without
+    /// joins reads nothing here (one trip to a reader per run, not two): `mustCheck` then says
+    /// that its read transaction must check that the collection exists (``requireExists``).
+    func sources() async throws -> (Collection, [DocumentScan.Source], mustCheck: Bool) {
+        guard plan.joins.isEmpty else {
+            let (main, joins) = try await resolveSources()
+            return (main, joins, false)
+        }
+        if let collection { return (collection, [], false) }
+        return (try database.uncheckedCollection(name: plan.source.collection, scope: plan.source.scope), [], true)
+    }
+
+    /// Throws `.invalidQuery` ("no such collection") unless `collection` exists in `transaction`.
+    static func requireExists(_ collection: Collection, _ transaction: DatabaseReadTransaction) throws {
+        guard try transaction.contains(collection) else {
+            throw PeerSyncError(.invalidQuery, "no such collection", context: ["collection": collection.fullName])
+        }
     }
 
     func resolveCollection() async throws -> Collection {

@@ -110,13 +110,14 @@ extension Query {
             cursor.finished = end == held.count
             return page
         }
-        let collection = try await resolveCollection()
+        let (collection, _, mustCheck) = try await sources()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
         while true {
             let start = cursor
             let outcome: (rows: [[JSONValue?]], cursor: QueryPageCursor)? = try await database.inReadBatch { transaction in
+                if mustCheck { try Query.requireExists(collection, transaction) }
                 var cursor = start
                 let executor = Executor(plan: plan, parameters: parameters)
                 let (limit, offset) = try executor.validate()
