@@ -39,6 +39,13 @@ enum QueryBenchmark {
     }
 
     static func run(_ args: [String]) async throws -> Int32 {
+        if args.first == "--streamed-child", args.count >= 4 {
+            // A child of `--streamed` (StreamedQueryBenchmark): DIR NAME MODE [--backend B].
+            let rest = try Arguments(Array(args.dropFirst(4)), valueOptions: ["backend"], flagOptions: [])
+            guard let backend = StorageBackends.named(rest.value("backend") ?? "sqlite") else { throw UsageError("unknown backend") }
+            try await StreamedQueryBenchmark.child(directory: args[1], name: args[2], mode: args[3], backend: backend)
+            return 0
+        }
         let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend"], flagOptions: ["json", "streamed"])
         try parsed.expectPositionals(0)
         let docs = try parsed.int("docs") ?? 100_000
