@@ -5,7 +5,7 @@ extension JSONValue {
     /// The top-level properties named in `keys` of the JSON object `bytes`, parsed; every
     /// other property's value is skipped over without being built (its brackets and string
     /// quotes are matched, its contents not validated). A key absent from the object is absent
-    /// from the result; with duplicate keys the last one wins (as ``init(parsing:options:)``).
+    /// from the result; with duplicate keys the last one wins (as `init(parsing:options:)`).
     /// Keys compare as Swift strings do (canonical equivalence), so the result is the full
     /// parse's dictionary restricted to `keys`.
     ///
