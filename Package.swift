@@ -200,6 +200,8 @@ let package = Package(
         tests("PeerSyncQueryTests", folder: "Query",
               dependencies: ["PeerSyncQuery", "PeerSyncDatabase", "PeerSyncStorage", "PeerSyncCore", "PeerSyncDatabaseTestSupport",
                              "PeerSyncReplicatorTestSupport", "PeerSyncReplicator",
+                             // The stale-index tests write through a process that has no query module.
+                             "database-test-child", "PeerSyncTestSupport",
                              .target(name: "PeerSyncSQLite", condition: .when(traits: ["SQLite"])),
                              .target(name: "PeerSyncLMDB", condition: .when(traits: ["LMDB"])),
                              .target(name: "PeerSyncSQLiteBaseline", condition: .when(traits: ["SQLite"]))]),

@@ -4,12 +4,12 @@ import PeerSync
 import PeerSyncSQLiteBaseline
 #endif
 
-/// `peersync bench query [--docs 100000] [--repeat 3] [--backend sqlite|lmdb] [--json]`: the
+/// `peersync bench query [--docs 100000] [--repeat 3] [--backend sqlite|lmdb] [--json] [--streamed]`: the
 /// same documents in our database and in a plain SQLite table (`SQLiteJSONDocuments`, the JSON
 /// as text) with expression indexes on `json_extract`; each query run in turns, ours then
 /// SQLite's, `--repeat` times; median (min–max) milliseconds and the ratio to SQLite.
 /// Index upkeep: a bulk insert with the indexes against the same insert without them, ours
-/// and SQLite's.
+/// and SQLite's. `--streamed`: ``StreamedQueryBenchmark`` instead.
 enum QueryBenchmark {
     struct Case {
         var name: String
@@ -39,7 +39,14 @@ enum QueryBenchmark {
     }
 
     static func run(_ args: [String]) async throws -> Int32 {
-        let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend"], flagOptions: ["json"])
+        if args.first == "--streamed-child", args.count >= 4 {
+            // A child of `--streamed` (StreamedQueryBenchmark): DIR NAME MODE [--backend B].
+            let rest = try Arguments(Array(args.dropFirst(4)), valueOptions: ["backend"], flagOptions: [])
+            guard let backend = StorageBackends.named(rest.value("backend") ?? "sqlite") else { throw UsageError("unknown backend") }
+            try await StreamedQueryBenchmark.child(directory: args[1], name: args[2], mode: args[3], backend: backend)
+            return 0
+        }
+        let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend"], flagOptions: ["json", "streamed"])
         try parsed.expectPositionals(0)
         let docs = try parsed.int("docs") ?? 100_000
         let repeats = try parsed.int("repeat") ?? 3
@@ -47,6 +54,10 @@ enum QueryBenchmark {
         let backendName = parsed.value("backend") ?? "sqlite"
         guard let backend = StorageBackends.named(backendName), backend.name != "memory" else {
             throw UsageError("unknown backend '\(backendName)'")
+        }
+        if parsed.flag("streamed") {
+            try await StreamedQueryBenchmark.run(docs: docs, backend: backend, json: parsed.flag("json"))
+            return 0
         }
         #if SQLite
         #if DEBUG

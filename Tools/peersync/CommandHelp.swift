@@ -137,9 +137,11 @@ enum CommandHelp {
                                  in-process multipeer meshes: convergence time, links, diameter, RSS
             """),
         Entry(name: "bench query", text: """
-            bench query [--docs N] [--repeat R] [--backend sqlite|lmdb] [--json]
+            bench query [--docs N] [--repeat R] [--backend sqlite|lmdb] [--json] [--streamed]
                                  indexed and scanned queries and index upkeep, beside SQLite's JSON
-                                 functions with json_extract expression indexes on the same documents
+                                 functions with json_extract expression indexes on the same documents;
+                                 --streamed: memory of reading every row of N and 4N documents,
+                                 resultStream() against execute()
             """),
         Entry(name: "identity create", text: """
             identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]

@@ -5,7 +5,8 @@ import PeerSync
 /// `peersync --db DIR [--collection SCOPE.NAME] index create NAME EXPR... | list | drop NAME`.
 ///
 /// `query` prints one JSON object per result row (JSON Lines, keys = the column names, MISSING
-/// values omitted), or with `--explain` the plan (which index it uses, or "SCAN"). A `--param`
+/// values omitted) as the rows are read, through `Query.resultStream()` (a page of rows in memory
+/// at a time for a query without sort, group, distinct or join), or with `--explain` the plan (which index it uses, or "SCAN"). A `--param`
 /// value is parsed as JSON when it parses (`3`, `true`, `"x"`, `[1]`), else taken as a string.
 /// The database's backend is detected as for every command (``DatabaseOpening``).
 enum QueryCommands {
@@ -96,8 +97,9 @@ enum QueryCommands {
             print(try await query.explain())
             return
         }
+        // Streamed: one page of rows in memory at a time (see `Query.resultStream`).
         var out = ""
-        for row in try await query.execute() {
+        for try await row in query.resultStream() {
             out += row.toJSON()
             out += "\n"
             if out.utf8.count > 1 << 16 { FileHandle.standardOutput.write(Data(out.utf8)); out = "" }

@@ -122,8 +122,11 @@ struct DocumentEngine {
     // MARK: Writing
 
     /// Prunes the tree and writes the record; returns the new sequence.
+    /// `previous`: the document's record as this transaction read it, when the caller has it
+    /// (`.some(nil)`: none), so index upkeep need not read it again; `.none`: read it here.
     @discardableResult
-    func writeTree(_ tree: inout RevTree, docID: String, _ writer: any StorageWriter) throws -> UInt64 {
+    func writeTree(_ tree: inout RevTree, docID: String, _ writer: any StorageWriter,
+                   previous: Record?? = .none) throws -> UInt64 {
         tree.prune(maxDepth: maxRevTreeDepth)
         tree.dropOldBodies(ancestorDepth: DocumentEngine.ancestorBodyDepth)
         guard let w = tree.winnerIndex, let body = tree[w].body else {
@@ -140,7 +143,7 @@ struct DocumentEngine {
         guard let indexes = try IndexMaintenance.load(spec, writer) else {
             return try writer.put(record, in: spec.documentsKeyspace)
         }
-        let old = try writer.get(docID, in: spec.documentsKeyspace)
+        let old = try previous ?? writer.get(docID, in: spec.documentsKeyspace)
         let sequence = try writer.put(record, in: spec.documentsKeyspace)
         try indexes.documentChanged(id: docID, old: old, new: record, writer)
         return sequence
@@ -188,7 +191,7 @@ struct DocumentEngine {
         if !deleting { try installPendingBlobs(doc) }
         let index = tree.addLocal(parent: base, body: body, deleted: deleting, hasAttachments: hasAttachments)
         let revID = tree[index].revID
-        let sequence = try writeTree(&tree, docID: doc.id, writer)
+        let sequence = try writeTree(&tree, docID: doc.id, writer, previous: .some(existing))
         doc.revisionID = revID.description
         doc.sequence = sequence
         doc.collectionName = spec.name

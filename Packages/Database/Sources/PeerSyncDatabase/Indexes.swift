@@ -49,13 +49,28 @@ public struct IndexDefinition: Sendable, Hashable {
     }
 
     init(name: String, record: Record) throws(PeerSyncError) {
+        // Every document write reads the definitions (see `IndexMaintenance.load`): the parsed
+        // form of a stored body is kept, by its exact bytes, so a definition changed by any
+        // handle or process is simply a new entry.
+        if let known = IndexDefinition.parsed.withLock({ $0[record.body] }) {
+            self.init(name: name, kind: known.kind, expressions: known.expressions, isStale: known.isStale)
+            return
+        }
         let value = try JSONValue(parsing: record.body)
         guard let kind = value["kind"]?.stringValue, let list = value["expressions"]?.arrayValue else {
             throw PeerSyncError(.corrupt, "stored index definition is invalid", context: ["index": name])
         }
         self.init(name: name, kind: kind, expressions: list.compactMap(\.stringValue),
                   isStale: value["stale"]?.boolValue ?? false)
+        let parsed = self
+        IndexDefinition.parsed.withLock { cache in
+            if cache.count >= 256 { cache.removeAll() }   // bounded: definitions are few
+            cache[record.body] = parsed
+        }
     }
+
+    /// Stored definition bodies already parsed (the name in them is not used).
+    private static let parsed = LockedValue<[[UInt8]: IndexDefinition]>([:])
 }
 
 /// Computes the entries of one document in an index: implemented by the query package, which
@@ -262,6 +277,44 @@ extension Collection {
     }
 }
 
+extension Database {
+    /// A handle on collection `name` of `scope` (default `_default`) without a storage read:
+    /// whether it exists is for the caller to check in its own read transaction
+    /// (``DatabaseReadTransaction/contains(_:)``), so a query makes one trip to a reader, not two.
+    /// Errors: `.invalidArgument` for an invalid name, as ``collection(name:scope:)``.
+    @_spi(Indexing)
+    public func uncheckedCollection(name: String, scope: String?) throws -> Collection {
+        makeCollection(try Database.spec(name: name, scope: scope))
+    }
+}
+
+extension DatabaseReadTransaction {
+    /// Whether `collection` exists in this snapshot. Errors: `.closed` after the batch ended,
+    /// `.invalidArgument` for a collection of another database; storage errors.
+    @_spi(Indexing)
+    public func contains(_ collection: Collection) throws -> Bool {
+        do {
+            _ = try engine(collection)
+            return true
+        } catch let error as PeerSyncError where error.code == .notFound {
+            return false
+        }
+    }
+}
+
+extension Document {
+    /// The document's properties for a reader that reads only the top-level properties named
+    /// in `keys` (a query that knows which ones its expressions use): a document read from the
+    /// database and not parsed yet parses only those (the others are skipped over in the stored
+    /// bytes); otherwise all of ``properties``. Either way the values of `keys` are those of
+    /// ``properties``; other keys may or may not be there.
+    @_spi(Indexing)
+    public func properties(readingOnly keys: Set<String>) -> [String: JSONValue] {
+        guard let body = storedBody else { return properties }
+        return body.properties(readingOnly: keys)
+    }
+}
+
 extension DatabaseReadTransaction {
     /// The index definitions of `collection` in this snapshot, sorted by name.
     /// Errors: `.notFound` for a missing collection, `.closed` after the batch ended.
@@ -269,6 +322,21 @@ extension DatabaseReadTransaction {
     public func indexDefinitions(of collection: Collection) throws -> [IndexDefinition] {
         let engine = try engine(collection)
         return try IndexMaintenance.readDefinitions(engine.spec, reader)
+    }
+
+    /// As ``forEachDocument(in:includeDeleted:_:)``, starting after document `id` (nil: at the
+    /// first): the documents whose IDs sort after it (UTF-8 byte order). A query reading
+    /// its results in pages resumes this way, one read transaction per page.
+    @_spi(Indexing)
+    public func forEachDocument(in collection: Collection, after id: String?, includeDeleted: Bool = false,
+                                _ body: (Document) throws -> Bool) throws {
+        let engine = try engine(collection)
+        // The smallest key after `id` in byte order is `id` followed by a NUL byte.
+        let range = id.map { KeyRange(from: $0 + "\u{0}") } ?? .all
+        try reader.enumerate(in: engine.spec.documentsKeyspace, range: range, descending: false) { record in
+            if !includeDeleted && record.flags.contains(.deleted) { return true }
+            return try body(try engine.makeDocument(record))
+        }
     }
 
     /// Calls `body` with the key and document ID of each entry of index `name` of

@@ -51,6 +51,15 @@ final class StoredBody: Sendable {
         return parsed.storeIfNil(ParsedProperties(properties)).value
     }
 
+    /// The properties named in `keys` only (``JSONValue/objectProperties(parsing:keys:)``),
+    /// or all of them once they are parsed; not kept. A body that does not parse reads as
+    /// empty, as in ``properties``.
+    func properties(readingOnly keys: Set<String>) -> [String: JSONValue] {
+        if let parsed = parsed.load() { return parsed.value }
+        if let object = try? JSONValue.objectProperties(parsing: data, keys: keys) { return object }
+        return properties
+    }
+
     /// The cheap check made when a record is read, instead of a parse: the stored bytes are
     /// empty (a tombstone) or start with `{` and end with `}` as every stored body does. A
     /// truncated or overwritten body fails it; damage inside the braces shows at the parse.

@@ -159,6 +159,25 @@ struct QueryPlan: Sendable, Hashable {
         allExpressions.contains { $0.contains { if case .meta(.expiration, _) = $0 { return true }; return false } }
     }
 
+    /// The top-level document properties the query reads, or nil when it reads whole
+    /// documents (`*`) or has joins: a scan then parses only these of each stored body
+    /// (`Document.properties(readingOnly:)`). `COUNT(*)` reads no property.
+    var readProperties: Set<String>? {
+        if !joins.isEmpty { return nil }
+        var keys = Set<String>()
+        var whole = false
+        func visit(_ e: ExpressionNode) {
+            switch e {
+            case .aggregate(.count, .all): return
+            case .all: whole = true
+            case .property(let path, _): if case .key(let k)? = path.first { keys.insert(k) }
+            default: e.children.forEach(visit)
+            }
+        }
+        allExpressions.forEach(visit)
+        return whole ? nil : keys
+    }
+
     /// Whether rows are groups: a `GROUP BY`, or an aggregate in the select list, `HAVING` or `ORDER BY`.
     var isAggregate: Bool {
         !groupBy.isEmpty || having != nil || columns.contains { $0.expression.containsAggregate }

@@ -127,7 +127,7 @@ struct DocumentScan {
             return true
         }
         try IndexedScan.run(path, collection: main, transaction: transaction, includeDeleted: includeDeleted,
-                            readsExpiration: readsExpiration) { row in
+                            readsExpiration: readsExpiration, readProperties: plan.readProperties) { row in
             statistics?.documentsRead.withLock { $0 += 1 }
             return try extend(row, 0)
         }

@@ -237,12 +237,14 @@ enum Planner {
 
 /// Runs an ``AccessPath`` in a read transaction: yields the documents an ``Executor`` filters.
 enum IndexedScan {
-    /// Feeds `visit` the documents of `path`: for a scan, every document in ID order; for
+    /// Feeds `visit` the documents of `path` (with only the properties in `readProperties`
+    /// parsed, when given; only those whose ID sorts after `after`, when given, for a path
+    /// without order): for a scan, every document in ID order; for
     /// an index without order, the documents of its ranges in document-ID order; for an index
     /// giving the order, in that order with ties (equal ordered values) in document-ID order.
     static func run(_ path: AccessPath, collection: Collection, transaction: DatabaseReadTransaction,
-                    includeDeleted: Bool, readsExpiration: Bool,
-                    visit: (QueryDocument) throws -> Bool) throws {
+                    includeDeleted: Bool, readsExpiration: Bool, readProperties: Set<String>? = nil,
+                    after: String? = nil, visit: (QueryDocument) throws -> Bool) throws {
         func emit(_ document: Document) throws -> Bool {
             var expiration: Int64?
             if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
@@ -250,13 +252,15 @@ enum IndexedScan {
             }
             return try visit(QueryDocument(id: document.id, sequence: document.sequence,
                                            revisionID: document.revisionID ?? "", isDeleted: document.isDeleted,
-                                           expiration: expiration, properties: document.properties))
+                                           expiration: expiration,
+                                           properties: readProperties.map { document.properties(readingOnly: $0) } ?? document.properties))
         }
         guard let index = path.index else {
-            try transaction.forEachDocument(in: collection, includeDeleted: includeDeleted, emit)
+            try transaction.forEachDocument(in: collection, after: after, includeDeleted: includeDeleted, emit)
             return
         }
         if let order = path.order {
+            precondition(after == nil, "a scan in an index's order cannot resume after a document ID")
             var group: [String] = []
             var groupKey: ArraySlice<UInt8>?
             var stopped = false
@@ -293,6 +297,7 @@ enum IndexedScan {
                 return true
             }
         }
+        if let after { ids.removeAll { !after.utf8.lexicographicallyPrecedes($0.utf8) } }
         ids.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         var previous: String?
         for id in ids where id != previous {

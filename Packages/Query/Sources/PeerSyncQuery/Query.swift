@@ -1,5 +1,5 @@
 import PeerSyncCore
-import PeerSyncDatabase
+@_spi(Indexing) import PeerSyncDatabase
 
 /// A query over a collection and the collections it joins (Couchbase Lite's `Query`), built with ``QueryBuilder`` or
 /// parsed from SQL++ by `Database.createQuery(_:)`. The builder methods (`where`, `groupBy`,
@@ -83,33 +83,46 @@ public final class Query: Sendable, CustomStringConvertible {
 
     // MARK: Running
 
-    /// Runs the query and returns every row.
+    /// Runs the query and returns every row: the ``ResultSet`` holds all of them in memory
+    /// (Couchbase Lite's API). To read a large result as it is consumed, holding one page of
+    /// rows at a time, use ``resultStream(pageSize:)``.
     ///
     /// Isolation: a read (see "Isolation" on `Database`): one read transaction on one of the
-    /// database's reader threads; the caller suspends until it is done.
+    /// database's reader threads; the caller suspends until it is done. When that snapshot
+    /// shows a *stale* index of the collection (a process without this package changed
+    /// documents, see the package README, "Indexes"), the query first rebuilds it in one write
+    /// transaction, then runs in a new snapshot; a stale index is never read for a result.
     /// Errors: `.invalidQuery` for a collection that does not exist (SQL++, or a joined one),
     /// two data sources with one name, an aggregate in `WHERE` or `ON`, a non-numeric `LIMIT`/`OFFSET`, an invalid regular expression, a wrong number
     /// of function arguments; `.closed` if the database is closed; storage errors.
     public func execute() async throws -> ResultSet {
-        let (collection, joins) = try await resolveSources()
+        let (collection, joins, mustCheck) = try await sources()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
-        let (rows, sawStale) = try await database.inReadBatch { transaction in
-            // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
-            // query with joins scans its FROM collection (the planner reads one source's WHERE).
-            let (path, sawStale) = plan.joins.isEmpty
-                ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
-                : (AccessPath.scan, false)
-            let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
-                                    statistics: statistics, path: path)
-            let rows = try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
-                try scan.run(transaction, visit)
+        var rebuilt = false
+        while true {
+            let scanIfStale = rebuilt
+            let rows: [[JSONValue?]]? = try await database.inReadBatch { transaction in
+                if mustCheck { try Query.requireExists(collection, transaction) }
+                // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
+                // query with joins scans its FROM collection (the planner reads one source's WHERE).
+                let (path, sawStale) = plan.joins.isEmpty
+                    ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+                    : (AccessPath.scan, false)
+                // A stale index (see `rebuildStaleIndexes`) is rebuilt before the query runs;
+                // if another process made it stale again since, this run scans instead.
+                if sawStale && !scanIfStale { return nil }
+                let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
+                                        statistics: statistics, path: path)
+                return try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
+                    try scan.run(transaction, visit)
+                }
             }
-            return (rows, sawStale)
+            if let rows { return ResultSet(columnNames: plan.columnNames, rows: rows) }
+            try await QueryAccess.rebuildStaleIndexes(collection)
+            rebuilt = true
         }
-        if sawStale { try await QueryAccess.rebuildStaleIndexes(collection) }
-        return ResultSet(columnNames: plan.columnNames, rows: rows)
     }
 
     /// A readable description of how the query runs: the SQL++ text, then one step per line
@@ -117,16 +130,46 @@ public final class Query: Sendable, CustomStringConvertible {
     /// name …` with the conditions the index serves and whether it gives the order; then
     /// filter, group, sort, limit, projection). The plan depends on the current
     /// ``parameters`` (a MISSING or NULL value serves no index); a query with joins scans its
-    /// `FROM` collection. Isolation: a read.
+    /// `FROM` collection. Isolation: a read (and, as for ``execute()``, a write first that
+    /// rebuilds a stale index, so the plan shown is the one the query runs).
     /// Errors: `.invalidQuery` as for ``execute()`` when the collection does not exist.
     public func explain() async throws -> String {
         let collection = try await resolveCollection()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
-        let access = plan.joins.isEmpty ? try await database.inReadBatch { transaction in
-            try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction).path
-        } : AccessPath.scan
+        func access() async throws -> (path: AccessPath, sawStale: Bool) {
+            guard plan.joins.isEmpty else { return (.scan, false) }
+            return try await database.inReadBatch { transaction in
+                try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+            }
+        }
+        // As `execute()`: a stale index is rebuilt first, so the plan shown is the one it runs.
+        var (path, sawStale) = try await access()
+        if sawStale {
+            try await QueryAccess.rebuildStaleIndexes(collection)
+            path = try await access().path
+        }
+        let access = path
         return QueryExplainer.explain(plan, collection: collection.fullName, access: access)
+    }
+
+    /// The `FROM` collection and the joined ones, as ``resolveSources()``; but a query without
+    /// joins reads nothing here (one trip to a reader per run, not two): `mustCheck` then says
+    /// that its read transaction must check that the collection exists (``requireExists``).
+    func sources() async throws -> (Collection, [DocumentScan.Source], mustCheck: Bool) {
+        guard plan.joins.isEmpty else {
+            let (main, joins) = try await resolveSources()
+            return (main, joins, false)
+        }
+        if let collection { return (collection, [], false) }
+        return (try database.uncheckedCollection(name: plan.source.collection, scope: plan.source.scope), [], true)
+    }
+
+    /// Throws `.invalidQuery` ("no such collection") unless `collection` exists in `transaction`.
+    static func requireExists(_ collection: Collection, _ transaction: DatabaseReadTransaction) throws {
+        guard try transaction.contains(collection) else {
+            throw PeerSyncError(.invalidQuery, "no such collection", context: ["collection": collection.fullName])
+        }
     }
 
     func resolveCollection() async throws -> Collection {

@@ -194,12 +194,19 @@ final class QueryIndexer: DocumentIndexer {
     }
 
     func entryKeys(for definitions: [IndexDefinition], documentID: String, body: [UInt8]) throws -> [[String]] {
-        let properties = body.isEmpty ? [:] : (try JSONValue(parsing: body).objectValue ?? [:])
+        let compiled = try definitions.map { definition in
+            try definition.expressions.map { text throws(PeerSyncError) in try compile(text) }
+        }
+        // Only the top-level properties the expressions read are parsed from the body.
+        var keys = Set<String>()
+        for nodes in compiled {
+            for node in nodes {
+                _ = node.contains { if case .property(let path, _) = $0, case .key(let k)? = path.first { keys.insert(k) }; return false }
+            }
+        }
+        let properties = body.isEmpty ? [:] : try JSONValue.objectProperties(parsing: body, keys: keys)
         let document = QueryDocument(id: documentID, sequence: 0, revisionID: "", isDeleted: false,
                                      expiration: nil, properties: properties)
-        return try definitions.map { definition in
-            let nodes = try definition.expressions.map { text throws(PeerSyncError) in try compile(text) }
-            return [IndexKey.entryKey(try values(nodes, document), documentID: documentID)]
-        }
+        return try compiled.map { nodes in [IndexKey.entryKey(try values(nodes, document), documentID: documentID)] }
     }
 }
