@@ -36,7 +36,7 @@ extension Database {
     /// changes committed (by it, or by others since the last poll) before returning.
     func write<R: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> R) async throws -> R {
         try await onWriterQueue { storage in
-            let result = try storage.write(body)
+            let result = try storage.write { writer in try self.indexUpkeep.transaction { try body(writer) } }
             self.notifier.poll(storage, database: self)
             return result
         }

@@ -108,6 +108,8 @@ public final class Database: Sendable, CustomStringConvertible {
     let notificationQueue: DispatchQueue
     let blobStore: BlobStore
     let notifier: ChangeNotifier
+    /// Index definitions prepared once per write transaction (see ``IndexUpkeepCache``).
+    let indexUpkeep = IndexUpkeepCache()
     let state: LockedValue<OpenState>
     /// State only touched on `writerQueue`.
     private let housekeeping = QueueConfined(Housekeeping())
@@ -306,7 +308,9 @@ public final class Database: Sendable, CustomStringConvertible {
         }
         if hasExpired {
             let purged = try storage.write { writer in
-                try specs.reduce(0) { count, spec in count + (try self.engine(spec).purgeExpired(now: now, writer)).count }
+                try self.indexUpkeep.transaction {
+                    try specs.reduce(0) { count, spec in count + (try self.engine(spec).purgeExpired(now: now, writer)).count }
+                }
             }
             Database.log.info("database \(name): purged \(purged) expired document(s)")
             notifier.poll(storage, database: self)
@@ -391,7 +395,7 @@ public final class Database: Sendable, CustomStringConvertible {
 
     func engine(_ spec: CollectionSpec) -> DocumentEngine {
         DocumentEngine(spec: spec, maxRevTreeDepth: config.maxRevTreeDepth, maxBodySize: config.maxBodySize,
-                       blobStore: blobStore)
+                       blobStore: blobStore, indexUpkeep: indexUpkeep)
     }
 
     static func collectionSpecs(_ reader: any StorageReader) throws -> [CollectionSpec] {
@@ -495,6 +499,7 @@ public final class Database: Sendable, CustomStringConvertible {
                 throw PeerSyncError(.notFound, "collection does not exist").with(spec)
             }
             try IndexMaintenance.dropAll(spec, writer)
+            self.indexUpkeep.definitionsChanged()
             for keyspace in spec.allKeyspaces { try writer.dropKeyspace(keyspace) }
         }
     }

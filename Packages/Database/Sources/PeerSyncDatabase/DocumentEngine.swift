@@ -16,6 +16,8 @@ struct DocumentEngine {
     let maxRevTreeDepth: Int
     let maxBodySize: Int
     let blobStore: BlobStore
+    /// The database's per-transaction index upkeep (see ``IndexUpkeepCache``).
+    let indexUpkeep: IndexUpkeepCache
     /// Set by a batch that already checked, in its own transaction, that the collection
     /// exists: ``requireCollection(_:)`` then skips its metadata read (one per operation).
     var collectionChecked = false
@@ -140,7 +142,7 @@ struct DocumentEngine {
         let record = Record(key: docID, flags: flags, version: Array(winner.revID.description.utf8),
                             body: body, extra: tree.encode())
         // Value indexes change in this same transaction (see Indexes.swift).
-        guard let indexes = try IndexMaintenance.load(spec, writer) else {
+        guard let indexes = try indexUpkeep.maintenance(spec, writer) else {
             return try writer.put(record, in: spec.documentsKeyspace)
         }
         let old = try previous ?? writer.get(docID, in: spec.documentsKeyspace)
@@ -246,7 +248,7 @@ struct DocumentEngine {
 
     /// Purges the record of document `id` and its value-index entries; returns whether it existed.
     func purgeRecord(_ id: String, _ writer: any StorageWriter) throws -> Bool {
-        guard let indexes = try IndexMaintenance.load(spec, writer) else {
+        guard let indexes = try indexUpkeep.maintenance(spec, writer) else {
             return try writer.purge(id, in: spec.documentsKeyspace)
         }
         guard let old = try writer.get(id, in: spec.documentsKeyspace) else { return false }

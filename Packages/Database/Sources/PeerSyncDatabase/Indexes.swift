@@ -84,6 +84,37 @@ public protocol DocumentIndexer: Sendable {
     /// and end with the document ID, so they are unique.
     /// Errors: any; the write that needed the keys fails and rolls back.
     func entryKeys(for definitions: [IndexDefinition], documentID: String, body: [UInt8]) throws -> [[String]]
+
+    /// `definitions` made ready for many documents (expressions parsed, the properties they
+    /// read found once): the database prepares a collection's definitions once per write
+    /// transaction, not once per document. The default calls
+    /// ``entryKeys(for:documentID:body:)`` for each document.
+    /// Errors: as ``entryKeys(for:documentID:body:)``.
+    func prepare(_ definitions: [IndexDefinition]) throws -> any PreparedDocumentIndexer
+}
+
+/// A ``DocumentIndexer`` ready for one list of index definitions
+/// (``DocumentIndexer/prepare(_:)``); used inside one write transaction.
+@_spi(Indexing)
+public protocol PreparedDocumentIndexer: Sendable {
+    /// As ``DocumentIndexer/entryKeys(for:documentID:body:)`` for the prepared definitions.
+    func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]]
+}
+
+@_spi(Indexing)
+extension DocumentIndexer {
+    /// Prepares nothing: each document's keys come from ``entryKeys(for:documentID:body:)``.
+    public func prepare(_ definitions: [IndexDefinition]) throws -> any PreparedDocumentIndexer {
+        UnpreparedIndexer(indexer: self, definitions: definitions)
+    }
+}
+
+private struct UnpreparedIndexer: PreparedDocumentIndexer {
+    let indexer: any DocumentIndexer
+    let definitions: [IndexDefinition]
+    func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]] {
+        try indexer.entryKeys(for: definitions, documentID: documentID, body: body)
+    }
 }
 
 /// The process-wide indexer (see the file comment).
@@ -109,15 +140,30 @@ extension CollectionSpec {
 }
 
 /// Index upkeep for one document change, inside the write transaction that makes it.
-struct IndexMaintenance {
+struct IndexMaintenance: Sendable {
     let spec: CollectionSpec
-    var definitions: [IndexDefinition]
+    let definitions: [IndexDefinition]
+    /// The keyspace of each definition's entries, in order.
+    let keyspaces: [String]
+    /// The positions in ``definitions`` of the indexes that are not stale.
+    let live: [Int]
+    /// The installed indexer prepared for the ``live`` definitions (nil: none installed, or
+    /// every index stale).
+    let indexer: (any PreparedDocumentIndexer)?
+    /// Whether an indexer was installed (without one, a write marks the indexes stale).
+    let hasIndexer: Bool
 
     /// The collection's index definitions, or nil when it has none (the common case: one
     /// enumeration of an empty keyspace).
     static func load(_ spec: CollectionSpec, _ reader: any StorageReader) throws -> IndexMaintenance? {
         let definitions = try readDefinitions(spec, reader)
-        return definitions.isEmpty ? nil : IndexMaintenance(spec: spec, definitions: definitions)
+        if definitions.isEmpty { return nil }
+        let live = definitions.indices.filter { !definitions[$0].isStale }
+        let installed = DocumentIndexing.indexer
+        return IndexMaintenance(
+            spec: spec, definitions: definitions, keyspaces: definitions.map { spec.indexKeyspace($0.name) }, live: live,
+            indexer: live.isEmpty ? nil : try installed?.prepare(live.map { definitions[$0] }),
+            hasIndexer: installed != nil)
     }
 
     static func readDefinitions(_ spec: CollectionSpec, _ reader: any StorageReader) throws -> [IndexDefinition] {
@@ -139,24 +185,22 @@ struct IndexMaintenance {
         let oldLive = old.flatMap { $0.flags.contains(.deleted) ? nil : $0.body }
         let newLive = new.flatMap { $0.flags.contains(.deleted) ? nil : $0.body }
         if oldLive == newLive { return }
-        guard let indexer = DocumentIndexing.indexer else {
+        guard hasIndexer else {
             try markStale(writer)
             return
         }
-        let live = definitions.filter { !$0.isStale }
-        if live.isEmpty { return }
+        guard let indexer else { return }   // every index is stale: rebuilt before it is used
         let empty = [[String]](repeating: [], count: live.count)
-        let allBefore = try oldLive.map { try indexer.entryKeys(for: live, documentID: id, body: $0) } ?? empty
-        let allAfter = try newLive.map { try indexer.entryKeys(for: live, documentID: id, body: $0) } ?? empty
-        for (i, definition) in live.enumerated() {
-            let keyspace = spec.indexKeyspace(definition.name)
+        let allBefore = try oldLive.map { try indexer.entryKeys(documentID: id, body: $0) } ?? empty
+        let allAfter = try newLive.map { try indexer.entryKeys(documentID: id, body: $0) } ?? empty
+        let idBytes = Array(id.utf8)
+        for (i, position) in live.enumerated() {
+            let keyspace = keyspaces[position]
             let before = allBefore[i], after = allAfter[i]
             if before == after { continue }
-            let keep = Set(before).intersection(after)
+            let keep = before.isEmpty || after.isEmpty ? [] : Set(before).intersection(after)
             for key in before where !keep.contains(key) { try writer.purge(key, in: keyspace) }
-            for key in after where !keep.contains(key) {
-                try writer.put(Record(key: key, body: Array(id.utf8)), in: keyspace)
-            }
+            for key in after where !keep.contains(key) { try writer.put(Record(key: key, body: idBytes), in: keyspace) }
         }
     }
 
@@ -178,9 +222,10 @@ struct IndexMaintenance {
         let keyspace = spec.indexKeyspace(definition.name)
         try writer.dropKeyspace(keyspace)
         var entries: [(String, String)] = []
+        let prepared = try indexer.prepare([definition])
         try writer.enumerate(in: spec.documentsKeyspace) { record in
             if record.flags.contains(.deleted) { return true }
-            for key in try indexer.entryKeys(for: [definition], documentID: record.key, body: record.body)[0] {
+            for key in try prepared.entryKeys(documentID: record.key, body: record.body)[0] {
                 entries.append((key, record.key))
             }
             return true
@@ -197,6 +242,41 @@ struct IndexMaintenance {
     static func dropAll(_ spec: CollectionSpec, _ writer: any StorageWriter) throws {
         for definition in try readDefinitions(spec, writer) { try writer.dropKeyspace(spec.indexKeyspace(definition.name)) }
         try writer.dropKeyspace(spec.indexDefinitionsKeyspace)
+    }
+}
+
+/// Each collection's ``IndexMaintenance`` for the length of one storage write transaction of a
+/// database, so a batch of writes reads and prepares the index definitions once, not once per
+/// document. Only a write run through ``transaction(_:)`` caches (elsewhere every lookup reads
+/// the definitions), and the cache is emptied when that transaction ends, committed or not:
+/// another process can change the definitions only between our transactions (it needs the
+/// write lock). Code that changes definitions inside a transaction calls
+/// ``definitionsChanged()``. All of it runs on the database's writer queue.
+final class IndexUpkeepCache: Sendable {
+    private struct State {
+        var active = false
+        var entries: [CollectionSpec: IndexMaintenance?] = [:]
+    }
+    private let state = LockedValue(State())
+
+    /// Runs `body` (the body of one storage write transaction) with caching on.
+    func transaction<R>(_ body: () throws -> R) rethrows -> R {
+        state.withLock { $0.active = true; $0.entries.removeAll() }
+        defer { state.withLock { $0.active = false; $0.entries.removeAll() } }
+        return try body()
+    }
+
+    /// The upkeep of `spec`'s indexes in this transaction (nil: it has none).
+    func maintenance(_ spec: CollectionSpec, _ reader: any StorageReader) throws -> IndexMaintenance? {
+        if let cached = state.withLock({ $0.active ? $0.entries[spec] : nil }) { return cached }
+        let loaded = try IndexMaintenance.load(spec, reader)
+        state.withLock { if $0.active { $0.entries[spec] = .some(loaded) } }
+        return loaded
+    }
+
+    /// Forgets what was prepared (a definition was stored, marked stale or dropped).
+    func definitionsChanged() {
+        state.withLock { $0.entries.removeAll() }
     }
 }
 
@@ -240,6 +320,7 @@ extension Collection {
                 }
             }
             try IndexMaintenance.build(definition, spec, indexer: indexer, writer)
+            engine.indexUpkeep.definitionsChanged()
             return true
         }
     }
@@ -255,6 +336,7 @@ extension Collection {
             var rebuilt: [String] = []
             for definition in try IndexMaintenance.readDefinitions(engine.spec, writer) where definition.isStale {
                 try IndexMaintenance.build(definition, engine.spec, indexer: indexer, writer)
+                engine.indexUpkeep.definitionsChanged()
                 rebuilt.append(definition.name)
             }
             return rebuilt
@@ -272,6 +354,7 @@ extension Collection {
             try engine.requireCollection(writer)
             guard try writer.purge(name, in: engine.spec.indexDefinitionsKeyspace) else { return false }
             try writer.dropKeyspace(engine.spec.indexKeyspace(name))
+            engine.indexUpkeep.definitionsChanged()
             return true
         }
     }

@@ -187,26 +187,41 @@ final class QueryIndexer: DocumentIndexer {
         }
     }
 
-    /// The values of `definition`'s expressions for a document (nil: MISSING).
-    func values(_ expressions: [ExpressionNode], _ document: QueryDocument) throws -> [JSONValue?] {
-        let evaluator = Evaluator(parameters: [:])
-        return try expressions.map { node throws(PeerSyncError) in try evaluator.evaluate(node, document) }
+    func entryKeys(for definitions: [IndexDefinition], documentID: String, body: [UInt8]) throws -> [[String]] {
+        try prepare(definitions).entryKeys(documentID: documentID, body: body)
     }
 
-    func entryKeys(for definitions: [IndexDefinition], documentID: String, body: [UInt8]) throws -> [[String]] {
+    func prepare(_ definitions: [IndexDefinition]) throws -> any PreparedDocumentIndexer {
         let compiled = try definitions.map { definition in
             try definition.expressions.map { text throws(PeerSyncError) in try compile(text) }
         }
-        // Only the top-level properties the expressions read are parsed from the body.
+        // Only the top-level properties the expressions read are parsed from a body.
         var keys = Set<String>()
         for nodes in compiled {
             for node in nodes {
                 _ = node.contains { if case .property(let path, _) = $0, case .key(let k)? = path.first { keys.insert(k) }; return false }
             }
         }
+        return PreparedQueryIndexer(compiled: compiled, keys: keys)
+    }
+}
+
+/// ``QueryIndexer`` ready for one list of definitions: expressions parsed, the top-level
+/// properties they read known.
+struct PreparedQueryIndexer: PreparedDocumentIndexer {
+    /// Per definition, its expressions.
+    let compiled: [[ExpressionNode]]
+    /// The top-level properties any of them reads.
+    let keys: Set<String>
+
+    func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]] {
         let properties = body.isEmpty ? [:] : try JSONValue.objectProperties(parsing: body, keys: keys)
         let document = QueryDocument(id: documentID, sequence: 0, revisionID: "", isDeleted: false,
                                      expiration: nil, properties: properties)
-        return try compiled.map { nodes in [IndexKey.entryKey(try values(nodes, document), documentID: documentID)] }
+        let evaluator = Evaluator(parameters: [:])
+        return try compiled.map { nodes in
+            let values = try nodes.map { node throws(PeerSyncError) in try evaluator.evaluate(node, document) }
+            return [IndexKey.entryKey(values, documentID: documentID)]
+        }
     }
 }
