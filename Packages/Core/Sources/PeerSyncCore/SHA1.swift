@@ -124,10 +124,24 @@ public struct SHA1: Sendable {
 
 extension Sequence where Element == UInt8 {
     /// Lowercase hexadecimal.
+    ///
+    /// Inlinable, so that callers in other modules get a version specialized for their
+    /// sequence (a revision tree decodes one per stored revision ID; the generic version
+    /// went through the sequence's witness table for every byte).
+    @inlinable
     public var hexString: String {
-        let digits = Array("0123456789abcdef".utf8)
         var out: [UInt8] = []
-        for byte in self { out.append(digits[Int(byte >> 4)]); out.append(digits[Int(byte & 0xF)]) }
+        out.reserveCapacity(underestimatedCount * 2)
+        for byte in self {
+            out.append(_hexDigit(byte >> 4))
+            out.append(_hexDigit(byte & 0xF))
+        }
         return String(decoding: out, as: UTF8.self)
     }
+}
+
+/// The lowercase hexadecimal digit of `nibble` (0–15).
+@inlinable
+func _hexDigit(_ nibble: UInt8) -> UInt8 {
+    nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") - 10 + nibble
 }

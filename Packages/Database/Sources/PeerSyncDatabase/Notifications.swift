@@ -57,6 +57,10 @@ final class ChangeNotifier: Sendable {
         let docID: String?
         let deliver: @Sendable (_ database: Database, _ documentIDs: [String]) -> Void
         let finish: (@Sendable () -> Void)?
+        /// False for a listener that only needs to know that the collection changed (the
+        /// replicator's change signals): a poll whose listeners of a collection are all such
+        /// delivers an empty list without reading the changed documents' IDs.
+        var needsDocumentIDs = true
     }
 
     struct Seen: Equatable {
@@ -152,12 +156,16 @@ final class ChangeNotifier: Sendable {
     func poll(_ storage: any Storage, database: Database) {
         // The watched collections: those with a mark, and those whose registration could not
         // read one (started from this poll).
-        let (marks, unmarked) = registry.withLock { registry in
-            (registry.marks, Set(registry.listeners.values.map(\.spec)).subtracting(registry.marks.keys))
+        let (marks, unmarked, needIDs) = registry.withLock { registry in
+            (registry.marks, Set(registry.listeners.values.map(\.spec)).subtracting(registry.marks.keys),
+             Set(registry.listeners.values.lazy.filter(\.needsDocumentIDs).map(\.spec)))
         }
         guard !marks.isEmpty || !unmarked.isEmpty else { return }
         var batches: [CollectionSpec: [String]] = [:]
         var updated: [CollectionSpec: Seen] = [:]
+        // Collections changed whose IDs were not read (no listener needed them), with the
+        // sequences they changed after.
+        var unread: [CollectionSpec: Seen] = [:]
         do {
             try storage.read { reader in
                 for spec in unmarked {
@@ -172,6 +180,13 @@ final class ChangeNotifier: Sendable {
                     // A dropped and re-created keyspace restarts its sequences.
                     if lastDocument < from.documents { from.documents = 0 }
                     if lastPurge < from.purges { from.purges = 0 }
+                    guard needIDs.contains(spec) else {
+                        if lastDocument > from.documents || lastPurge > from.purges {
+                            batches[spec] = []
+                            unread[spec] = from
+                        }
+                        continue
+                    }
                     var ids: [String] = []
                     var unique = Set<String>()
                     if lastDocument > from.documents {
@@ -209,6 +224,13 @@ final class ChangeNotifier: Sendable {
             return Array(registry.listeners.values)
         }
         guard !batches.isEmpty else { return }
+        if listeners.contains(where: { $0.needsDocumentIDs && unread[$0.spec] != nil }) {
+            // Registered after the first look, to a collection whose IDs were not read: read
+            // them now (what changed since then too, so none is missed).
+            for (spec, from) in unread where listeners.contains(where: { $0.needsDocumentIDs && $0.spec == spec }) {
+                batches[spec] = (try? storage.read { try Self.changedIDs(spec, since: from, $0) }) ?? []
+            }
+        }
         for listener in listeners {
             guard let ids = batches[listener.spec] else { continue }
             if let docID = listener.docID {
@@ -217,6 +239,23 @@ final class ChangeNotifier: Sendable {
                 listener.deliver(database, ids)
             }
         }
+    }
+}
+
+extension ChangeNotifier {
+    /// The IDs of the documents of `spec` changed or purged after `from`, each once.
+    static func changedIDs(_ spec: CollectionSpec, since from: Seen, _ reader: any StorageReader) throws -> [String] {
+        var ids: [String] = []
+        var unique = Set<String>()
+        try reader.enumerate(in: spec.documentsKeyspace, since: from.documents) { record in
+            if unique.insert(record.key).inserted { ids.append(record.key) }
+            return true
+        }
+        try reader.enumerate(in: spec.purgeLogKeyspace, since: from.purges) { record in
+            if unique.insert(record.key).inserted { ids.append(record.key) }
+            return true
+        }
+        return ids
     }
 }
 
@@ -258,9 +297,10 @@ extension Collection {
 
     /// Registers `deliver` for the changes of this collection (or only of document `docID`)
     /// with the notifier and starts polling for changes; `finish` runs when the database closes.
-    private func addNotifierListener(docID: String?, finish: (@Sendable () -> Void)? = nil,
+    private func addNotifierListener(docID: String?, needsDocumentIDs: Bool = true, finish: (@Sendable () -> Void)? = nil,
                                      _ deliver: @escaping @Sendable (Database, [String]) -> Void) -> ListenerToken {
-        let token = database.notifier.add(.init(spec: spec, docID: docID, deliver: deliver, finish: finish),
+        let token = database.notifier.add(.init(spec: spec, docID: docID, deliver: deliver, finish: finish,
+                                                needsDocumentIDs: needsDocumentIDs || docID != nil),
                                           storage: try? database.openStorage())
         database.schedulePoll()
         return token
@@ -285,7 +325,7 @@ extension Collection {
     @_spi(Replication)
     public func changeSignals() -> AsyncStream<Void> {
         let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let token = addNotifierListener(docID: nil, finish: { continuation.finish() }) { _, _ in
+        let token = addNotifierListener(docID: nil, needsDocumentIDs: false, finish: { continuation.finish() }) { _, _ in
             continuation.yield()
         }
         continuation.onTermination = { _ in token.remove() }

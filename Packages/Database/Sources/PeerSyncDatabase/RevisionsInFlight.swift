@@ -35,6 +35,9 @@ public final class RevisionsInFlight: Sendable {
         /// fired before they were registered.
         var pending: Set<Int> = []
         var expired: Set<Int> = []
+        /// When each waiter's timer fires unless a release moves it (the quiet limit, capped
+        /// by the total limit).
+        var quietUntil: [Int: ContinuousClock.Instant] = [:]
     }
 
     private let state = LockedValue(State())
@@ -100,17 +103,48 @@ public final class RevisionsInFlight: Sendable {
     /// `quietLimit` (their claimant stalled), or `totalLimit` passes; then returns anyway (the
     /// caller reads the database and decides). A claimant that keeps delivering is waited for
     /// however slow the machine, up to `totalLimit`. Not cancellable.
+    ///
+    /// One waiter and one timer for the whole wait: each release moves the timer's deadline
+    /// instead of starting a new timer task (a batch of claimed revisions arrives one by one,
+    /// and a timer task per arrival was a task, a sleep and a cancellation per revision).
     public func waitForRelease(of keys: Set<String>, quietLimit: Duration, totalLimit: Duration) async {
-        let deadline = ContinuousClock.now + totalLimit
-        var claimed = keys
+        let start = ContinuousClock.now
+        let deadline = start + totalLimit
+        var claimed = state.withLock { s in keys.filter { s.claims[$0] != nil } }
+        guard !claimed.isEmpty, totalLimit > .zero else { return }
+        let id = state.withLock { s -> Int in
+            defer { s.nextWaiter += 1 }
+            s.pending.insert(s.nextWaiter)
+            s.quietUntil[s.nextWaiter] = min(start + quietLimit, deadline)
+            return s.nextWaiter
+        }
+        let timer = Task { [weak self] in
+            while let until = self?.state.withLock({ $0.quietUntil[id] }) {
+                if ContinuousClock.now >= until {
+                    self?.wake(waiter: id)
+                    return
+                }
+                do { try await Task.sleep(until: until, clock: .continuous) } catch { return }
+            }
+        }
         while true {
-            claimed = state.withLock { s in claimed.filter { s.claims[$0] != nil } }
-            let remaining = deadline - .now
-            guard !claimed.isEmpty, remaining > .zero else { return }
+            await waitForFirstRelease(of: claimed, waiter: id)
+            let (held, expired) = state.withLock { s in (claimed.filter { s.claims[$0] != nil }, s.expired.contains(id)) }
+            // Done, or the quiet (or total) limit passed.
+            if held.isEmpty || expired || held.count == claimed.count { break }
             // Progress is the release of any of them (they arrive in any order): it restarts
             // the quiet limit.
-            await waitForFirstRelease(of: claimed, timeout: min(quietLimit, remaining))
-            if state.withLock({ s in claimed.allSatisfy { s.claims[$0] != nil } }) { return }
+            let now = ContinuousClock.now
+            state.withLock { s in s.quietUntil[id] = min(now + quietLimit, deadline) }
+            claimed = held
+        }
+        timer.cancel()
+        state.withLock { s in
+            s.pending.remove(id)
+            s.expired.remove(id)
+            s.quietUntil[id] = nil
+            s.waiting[id] = nil
+            for key in keys { s.claims[key]?.waiters.remove(id) }
         }
     }
 
@@ -120,42 +154,26 @@ public final class RevisionsInFlight: Sendable {
         await waitForRelease(of: keys, quietLimit: timeout, totalLimit: timeout)
     }
 
-    /// Suspends until one of `keys` is released or `timeout` passes.
-    private func waitForFirstRelease(of keys: Set<String>, timeout: Duration) async {
-        let id = state.withLock { s -> Int in
-            defer { s.nextWaiter += 1 }
-            s.pending.insert(s.nextWaiter)
-            return s.nextWaiter
-        }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            self?.wake(waiter: id)
-        }
+    /// Suspends waiter `id` until one of `keys` is released or its timer fires; returns at once
+    /// if one is already released or the timer already fired.
+    private func waitForFirstRelease(of keys: Set<String>, waiter id: Int) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let waiting = state.withLock { s -> Bool in
-                guard s.expired.remove(id) == nil else { return false }
-                let held = keys.filter { s.claims[$0] != nil }
-                guard held.count == keys.count else { return false }
-                for key in held { s.claims[key]?.waiters.insert(id) }
+                guard !s.expired.contains(id) else { return false }
+                guard keys.allSatisfy({ s.claims[$0] != nil }) else { return false }
+                for key in keys { s.claims[key]?.waiters.insert(id) }
                 s.waiting[id] = continuation
                 return true
             }
             if !waiting { continuation.resume() }
-        }
-        timer.cancel()
-        state.withLock { s in
-            s.pending.remove(id)
-            s.expired.remove(id)
-            for key in keys { s.claims[key]?.waiters.remove(id) }
         }
     }
 
     /// The timeout of waiter `id`: resumes it, or marks it expired if it is not registered yet.
     private func wake(waiter id: Int) {
         let continuation = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            if let continuation = s.waiting.removeValue(forKey: id) { return continuation }
             if s.pending.contains(id) { s.expired.insert(id) }
-            return nil
+            return s.waiting.removeValue(forKey: id)
         }
         continuation?.resume()
     }

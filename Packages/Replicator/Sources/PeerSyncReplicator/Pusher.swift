@@ -145,13 +145,6 @@ actor Pusher {
                     continue
                 }
                 context.setBusy(.push(index), true)
-                let prefetched: [String: Prefetched]
-                do { prefetched = try await prefetch(changes.map(\.docID)) } catch let error as PeerSyncError
-                    where error.code != .closed && error.code != .cancelled {
-                    // A damaged record: each document is read on its own, so that only the
-                    // damaged ones fail, each reported to the peer (see `sendRev`).
-                    prefetched = [:]
-                }
                 var candidates: [ChangeEntry] = []
                 for change in changes {
                     if let docIDs, !docIDs.contains(change.docID) { continue }
@@ -167,6 +160,16 @@ actor Pusher {
                     candidates.append(change)
                 }
                 since = changes.last?.sequence ?? since
+                // Only the candidates are read: in a mesh most entries of the feed are
+                // revisions the peer has (it sent them, or offered them), and a full batch read
+                // of those was most of the push's read time.
+                let prefetched: [String: Prefetched]
+                do { prefetched = candidates.isEmpty ? [:] : try await prefetch(candidates.map(\.docID)) }
+                catch let error as PeerSyncError where error.code != .closed && error.code != .cancelled {
+                    // A damaged record: each document is read on its own, so that only the
+                    // damaged ones fail, each reported to the peer (see `sendRev`).
+                    prefetched = [:]
+                }
                 context.events.progress(0, candidates.count)
                 let ids = Set(candidates.map(\.docID))
                 // A document already in flight (changed again meanwhile) waits until the

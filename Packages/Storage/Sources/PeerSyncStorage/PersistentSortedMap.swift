@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Keys compared by their bytes (UTF-8 for strings): the storage layer's one key order.
 ///
 /// Swift's `String` comparison and equality follow Unicode canonical equivalence
@@ -10,8 +18,20 @@ struct ByteKey: Comparable, Hashable, Sendable {
 
     var string: String { String(decoding: bytes, as: UTF8.self) }
 
+    /// Byte order by `memcmp`, then length (a prefix comes first): the order of
+    /// `lexicographicallyPrecedes`, without its per-byte iterator (every lookup and insert of
+    /// the memory store compares keys ~log₂ n times, each of them twice per node).
     static func < (a: ByteKey, b: ByteKey) -> Bool {
-        a.bytes.lexicographicallyPrecedes(b.bytes)
+        a.bytes.withUnsafeBufferPointer { pa in
+            b.bytes.withUnsafeBufferPointer { pb in
+                let common = min(pa.count, pb.count)
+                if common > 0, let x = pa.baseAddress, let y = pb.baseAddress {
+                    let order = memcmp(x, y, common)
+                    if order != 0 { return order < 0 }
+                }
+                return pa.count < pb.count
+            }
+        }
     }
 }
 

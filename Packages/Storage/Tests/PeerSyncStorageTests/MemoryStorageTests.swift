@@ -205,6 +205,18 @@ struct MemoryStorageTests {
         #expect(ByteKey("a") < ByteKey("ab"))
         #expect(ByteKey("Z") < ByteKey("a"))
     }
+
+    @Test func byteKeyOrderMatchesLexicographicByteOrder() {
+        // The memcmp comparison against the definition, over prefixes, empty keys, equal
+        // keys, and bytes above 0x7F (compared unsigned).
+        let keys = ["", "a", "ab", "abc", "abd", "b", "\u{7F}", "\u{80}", "\u{FF}", "\u{E9}", "e\u{301}",
+                    "doc-10", "doc-9", "doc-100", "\u{1D11E}", "\u{FF61}", "a\u{0}", "a\u{0}b"]
+        for a in keys {
+            for b in keys {
+                #expect((ByteKey(a) < ByteKey(b)) == Array(a.utf8).lexicographicallyPrecedes(Array(b.utf8)), "\(a) < \(b)")
+            }
+        }
+    }
 }
 
 /// Runs blocking work on a new thread and awaits it.

@@ -49,6 +49,9 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// admitted, and `PeerSyncError.Code.cancelled` if the task is cancelled while waiting;
     /// in both cases the element was not enqueued.
     public func send(_ element: Element) async throws {
+        // Fast path (most sends on a flowing link): admitted or handed to a waiting receiver
+        // at once, without a continuation or a cancellation handler.
+        if try trySend(element) { return }
         let size = Swift.max(0, cost(element))
         let id = state.withLock { $0.makeID() }
         try await withTaskCancellationHandler {
@@ -118,6 +121,8 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// finished with one and is drained; throws `PeerSyncError.Code.cancelled` if the task is
     /// cancelled while waiting.
     public func receive() async throws -> Element? {
+        // Fast path: an element is buffered (the same first step as the slow path's).
+        if let element = tryReceive() { return element }
         let id = state.withLock { $0.makeID() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Element?, any Error>) in
