@@ -199,7 +199,7 @@ import Testing
     @Test func pollsReadNothingWithoutListeners() async throws {
         let dir = try TempDirectory()
         defer { dir.remove() }
-        let backend = ReadCountingBackend()
+        let backend = CountingBackend()
         let db = try await Database(name: "idle", config: DatabaseConfiguration(
             directory: dir.path, backend: backend, durable: false, changePollInterval: .milliseconds(5)))
         let c = try db.defaultCollection()
@@ -246,33 +246,4 @@ import Testing
         #expect(try await collection.count == 0)
         try await reopened.delete()
     }
-}
-
-/// A memory store that counts read transactions.
-private final class ReadCountingBackend: StorageBackend {
-    let name = "memory"
-    private let count = LockedValue(0)
-    var reads: Int { count.withLock { $0 } }
-
-    func open(directory: String, options: StorageOptions) throws -> any Storage {
-        ReadCountingStorage(try MemoryStorageBackend().open(directory: directory, options: options), count)
-    }
-    func hasStore(in directory: String) -> Bool { MemoryStorageBackend().hasStore(in: directory) }
-}
-
-private final class ReadCountingStorage: Storage {
-    let base: any Storage
-    let count: LockedValue<Int>
-    init(_ base: any Storage, _ count: LockedValue<Int>) {
-        self.base = base
-        self.count = count
-    }
-    var backendName: String { base.backendName }
-    var directory: String { base.directory }
-    func read<R>(_ body: (any StorageReader) throws -> R) throws -> R {
-        count.withLock { $0 += 1 }
-        return try base.read(body)
-    }
-    func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R { try base.write(body) }
-    func close() throws { try base.close() }
 }

@@ -180,29 +180,43 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.onDisk)
-    func aSecondHandleSeesAndMaintainsTheIndex(_ backend: Backend) async throws {
+    /// Runs `body` with two handles on one on-disk database (as two processes would have),
+    /// then closes both and deletes the folder.
+    static func withTwoHandles(_ backend: Backend, _ body: (Database, Database) async throws -> Void) async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-idx-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let config = DatabaseConfiguration(directory: dir, backend: backend.make(), durable: false)
         let first = try await Database(name: "shared", config: config)
         let second = try await Database(name: "shared", config: config)
-        let c1 = try await first.createCollection(name: "items")
-        for i in 0..<30 { _ = try await c1.save(document: MutableDocument(id: "i\(i)", data: ["g": .int(Int64(i % 3))])) }
-        try await c1.createIndex(withName: "byG", config: ValueIndexConfiguration(["g"]))
-        let c2 = try #require(try await second.collection(name: "items"))
-        #expect(try await c2.indexes() == ["byG"])
-        let query = try second.createQuery("SELECT meta().id FROM items WHERE g = 1 ORDER BY meta().id")
-        #expect(try await query.explain().contains("USING INDEX byG"))
-        // Writes through the second handle keep the index the first created up to date.
-        _ = try await c2.save(document: MutableDocument(id: "new", data: ["g": 1]))
-        try await c2.purge(id: "i1")
-        try await IndexTests.expectConsistent(c1, "byG", ["g"])
-        #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE g = 1").contains("new"))
-        try await c2.deleteIndex(forName: "byG")
-        #expect(try await c1.indexes() == [])
+        do {
+            try await body(first, second)
+        } catch {
+            try? await second.close()
+            try? await first.close()
+            throw error
+        }
         try await second.close()
         try await first.close()
+    }
+
+    @Test(arguments: Backend.onDisk)
+    func aSecondHandleSeesAndMaintainsTheIndex(_ backend: Backend) async throws {
+        try await IndexTests.withTwoHandles(backend) { first, second in
+            let c1 = try await first.createCollection(name: "items")
+            for i in 0..<30 { _ = try await c1.save(document: MutableDocument(id: "i\(i)", data: ["g": .int(Int64(i % 3))])) }
+            try await c1.createIndex(withName: "byG", config: ValueIndexConfiguration(["g"]))
+            let c2 = try #require(try await second.collection(name: "items"))
+            #expect(try await c2.indexes() == ["byG"])
+            let query = try second.createQuery("SELECT meta().id FROM items WHERE g = 1 ORDER BY meta().id")
+            #expect(try await query.explain().contains("USING INDEX byG"))
+            // Writes through the second handle keep the index the first created up to date.
+            _ = try await c2.save(document: MutableDocument(id: "new", data: ["g": 1]))
+            try await c2.purge(id: "i1")
+            try await IndexTests.expectConsistent(c1, "byG", ["g"])
+            #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE g = 1").contains("new"))
+            try await c2.deleteIndex(forName: "byG")
+            #expect(try await c1.indexes() == [])
+        }
     }
 
     /// The database prepares a collection's index definitions once per write transaction
@@ -211,46 +225,41 @@ import Testing
     /// without it.
     @Test(arguments: Backend.onDisk)
     func writesAfterAnotherHandleCreatedAnIndexAreIndexedInBatchesToo(_ backend: Backend) async throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-idx-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let config = DatabaseConfiguration(directory: dir, backend: backend.make(), durable: false)
-        let first = try await Database(name: "shared", config: config)
-        let second = try await Database(name: "shared", config: config)
-        let c1 = try await first.createCollection(name: "items")
-        let c2 = try #require(try await second.collection(name: "items"))
-        // The second handle writes while the collection has no index, singly and in a batch.
-        _ = try await c2.save(document: MutableDocument(id: "before", data: ["g": 1]))
-        try await second.inBatch { t in
-            var doc = MutableDocument(id: "before2", data: ["g": 2])
-            try t.save(document: &doc, in: c2)
-        }
-        try await c1.createIndex(withName: "byG", config: ValueIndexConfiguration(["g"]))
-        // Then saves, replaces and deletes in one batch: every change reaches the index.
-        try await second.inBatch { t in
-            for i in 0..<20 {
-                var doc = MutableDocument(id: "b\(i)", data: ["g": .int(Int64(i % 3))])
+        try await IndexTests.withTwoHandles(backend) { first, second in
+            let c1 = try await first.createCollection(name: "items")
+            let c2 = try #require(try await second.collection(name: "items"))
+            // The second handle writes while the collection has no index, singly and in a batch.
+            _ = try await c2.save(document: MutableDocument(id: "before", data: ["g": 1]))
+            try await second.inBatch { t in
+                var doc = MutableDocument(id: "before2", data: ["g": 2])
                 try t.save(document: &doc, in: c2)
             }
-            var replaced = MutableDocument(id: "b0", data: ["g": 7])
-            try t.save(document: &replaced, in: c2)
-            let doomed = try #require(try t.document(id: "b1", in: c2))
-            try t.delete(document: doomed, in: c2)
-            var again = MutableDocument(id: "before", data: ["g": 8])
-            try t.save(document: &again, in: c2)
+            try await c1.createIndex(withName: "byG", config: ValueIndexConfiguration(["g"]))
+            // Then saves, replaces and deletes in one batch: every change reaches the index.
+            try await second.inBatch { t in
+                for i in 0..<20 {
+                    var doc = MutableDocument(id: "b\(i)", data: ["g": .int(Int64(i % 3))])
+                    try t.save(document: &doc, in: c2)
+                }
+                var replaced = MutableDocument(id: "b0", data: ["g": 7])
+                try t.save(document: &replaced, in: c2)
+                let doomed = try #require(try t.document(id: "b1", in: c2))
+                try t.delete(document: doomed, in: c2)
+                var again = MutableDocument(id: "before", data: ["g": 8])
+                try t.save(document: &again, in: c2)
+            }
+            try await IndexTests.expectConsistent(c1, "byG", ["g"])
+            #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE g = 7") == ["b0"])
+            #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE g = 8") == ["before"])
+            // An index replaced by the first handle (other expressions) between the second's batches.
+            try await c1.createIndex(withName: "byG", config: ValueIndexConfiguration(["h"]))
+            try await second.inBatch { t in
+                var doc = MutableDocument(id: "h1", data: ["h": "x"])
+                try t.save(document: &doc, in: c2)
+            }
+            try await IndexTests.expectConsistent(c1, "byG", ["h"])
+            #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE h = 'x'") == ["h1"])
         }
-        try await IndexTests.expectConsistent(c1, "byG", ["g"])
-        #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE g = 7") == ["b0"])
-        #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE g = 8") == ["before"])
-        // An index replaced by the first handle (other expressions) between the second's batches.
-        try await c1.createIndex(withName: "byG", config: ValueIndexConfiguration(["h"]))
-        try await second.inBatch { t in
-            var doc = MutableDocument(id: "h1", data: ["h": "x"])
-            try t.save(document: &doc, in: c2)
-        }
-        try await IndexTests.expectConsistent(c1, "byG", ["h"])
-        #expect(try await IndexTests.ids(first, "SELECT meta().id FROM items WHERE h = 'x'") == ["h1"])
-        try await second.close()
-        try await first.close()
     }
 
     @Test(arguments: Backend.available)
