@@ -187,20 +187,8 @@ final class ChangeNotifier: Sendable {
                         }
                         continue
                     }
-                    var ids: [String] = []
-                    var unique = Set<String>()
-                    if lastDocument > from.documents {
-                        try reader.enumerate(in: spec.documentsKeyspace, since: from.documents) { record in
-                            if unique.insert(record.key).inserted { ids.append(record.key) }
-                            return true
-                        }
-                    }
-                    if lastPurge > from.purges {
-                        try reader.enumerate(in: spec.purgeLogKeyspace, since: from.purges) { record in
-                            if unique.insert(record.key).inserted { ids.append(record.key) }
-                            return true
-                        }
-                    }
+                    guard lastDocument > from.documents || lastPurge > from.purges else { continue }
+                    let ids = try Self.changedIDs(spec, since: from, reader)
                     if !ids.isEmpty { batches[spec] = ids }
                 }
             }
