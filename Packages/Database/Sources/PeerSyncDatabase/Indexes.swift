@@ -73,23 +73,15 @@ public struct IndexDefinition: Sendable, Hashable {
     private static let parsed = LockedValue<[[UInt8]: IndexDefinition]>([:])
 }
 
-/// Computes the entries of one document in an index: implemented by the query package, which
+/// Computes the entries of documents in indexes: implemented by the query package, which
 /// parses and evaluates the expressions. Called inside storage write transactions, on the
 /// database's writer queue, so it must not block on anything but the CPU.
 @_spi(Indexing)
 public protocol DocumentIndexer: Sendable {
-    /// The storage keys of the entries of the live document `documentID`, whose current body
-    /// is `body` (canonical JSON of an object), in each index of `definitions` (one array per
-    /// definition, in order). Keys sort in the index's order under the storage's byte order
-    /// and end with the document ID, so they are unique.
-    /// Errors: any; the write that needed the keys fails and rolls back.
-    func entryKeys(for definitions: [IndexDefinition], documentID: String, body: [UInt8]) throws -> [[String]]
-
     /// `definitions` made ready for many documents (expressions parsed, the properties they
     /// read found once): the database prepares a collection's definitions once per write
-    /// transaction, not once per document. The default calls
-    /// ``entryKeys(for:documentID:body:)`` for each document.
-    /// Errors: as ``entryKeys(for:documentID:body:)``.
+    /// transaction, not once per document. Errors: any (e.g. an expression that does not
+    /// parse); the write that needed it fails and rolls back.
     func prepare(_ definitions: [IndexDefinition]) throws -> any PreparedDocumentIndexer
 }
 
@@ -97,24 +89,12 @@ public protocol DocumentIndexer: Sendable {
 /// (``DocumentIndexer/prepare(_:)``); used inside one write transaction.
 @_spi(Indexing)
 public protocol PreparedDocumentIndexer: Sendable {
-    /// As ``DocumentIndexer/entryKeys(for:documentID:body:)`` for the prepared definitions.
+    /// The storage keys of the entries of the live document `documentID`, whose current body
+    /// is `body` (canonical JSON of an object), in each prepared index (one array per
+    /// definition, in order). Keys sort in the index's order under the storage's byte order
+    /// and end with the document ID, so they are unique.
+    /// Errors: any; the write that needed the keys fails and rolls back.
     func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]]
-}
-
-@_spi(Indexing)
-extension DocumentIndexer {
-    /// Prepares nothing: each document's keys come from ``entryKeys(for:documentID:body:)``.
-    public func prepare(_ definitions: [IndexDefinition]) throws -> any PreparedDocumentIndexer {
-        UnpreparedIndexer(indexer: self, definitions: definitions)
-    }
-}
-
-private struct UnpreparedIndexer: PreparedDocumentIndexer {
-    let indexer: any DocumentIndexer
-    let definitions: [IndexDefinition]
-    func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]] {
-        try indexer.entryKeys(for: definitions, documentID: documentID, body: body)
-    }
 }
 
 /// The process-wide indexer (see the file comment).

@@ -187,10 +187,6 @@ final class QueryIndexer: DocumentIndexer {
         }
     }
 
-    func entryKeys(for definitions: [IndexDefinition], documentID: String, body: [UInt8]) throws -> [[String]] {
-        try prepare(definitions).entryKeys(documentID: documentID, body: body)
-    }
-
     func prepare(_ definitions: [IndexDefinition]) throws -> any PreparedDocumentIndexer {
         let compiled = try definitions.map { definition in
             try definition.expressions.map { text throws(PeerSyncError) in try compile(text) }
