@@ -250,7 +250,11 @@ final class IndexUpkeepCache: Sendable {
     func maintenance(_ spec: CollectionSpec, _ reader: any StorageReader) throws -> IndexMaintenance? {
         if let cached = state.withLock({ $0.active ? $0.entries[spec] : nil }) { return cached }
         let loaded = try IndexMaintenance.load(spec, reader)
-        state.withLock { if $0.active { $0.entries[spec] = .some(loaded) } }
+        // Without an indexer a write marks the definitions stale (it changes them): that is
+        // not kept, so the next write reads what it wrote.
+        if loaded?.hasIndexer != false {
+            state.withLock { if $0.active { $0.entries[spec] = .some(loaded) } }
+        }
         return loaded
     }
 

@@ -188,7 +188,7 @@ final class ChangeNotifier: Sendable {
                         continue
                     }
                     guard lastDocument > from.documents || lastPurge > from.purges else { continue }
-                    let ids = try Self.changedIDs(spec, since: from, reader)
+                    let ids = try Self.changedIDs(spec, since: from, latest: updated[spec], reader)
                     if !ids.isEmpty { batches[spec] = ids }
                 }
             }
@@ -231,17 +231,23 @@ final class ChangeNotifier: Sendable {
 }
 
 extension ChangeNotifier {
-    /// The IDs of the documents of `spec` changed or purged after `from`, each once.
-    static func changedIDs(_ spec: CollectionSpec, since from: Seen, _ reader: any StorageReader) throws -> [String] {
+    /// The IDs of the documents of `spec` changed or purged after `from`, each once. `latest`:
+    /// the last sequences this reader sees, when known (a keyspace that did not move is not read).
+    static func changedIDs(_ spec: CollectionSpec, since from: Seen, latest: Seen? = nil,
+                           _ reader: any StorageReader) throws -> [String] {
         var ids: [String] = []
         var unique = Set<String>()
-        try reader.enumerate(in: spec.documentsKeyspace, since: from.documents) { record in
-            if unique.insert(record.key).inserted { ids.append(record.key) }
-            return true
+        if latest.map({ $0.documents > from.documents }) ?? true {
+            try reader.enumerate(in: spec.documentsKeyspace, since: from.documents) { record in
+                if unique.insert(record.key).inserted { ids.append(record.key) }
+                return true
+            }
         }
-        try reader.enumerate(in: spec.purgeLogKeyspace, since: from.purges) { record in
-            if unique.insert(record.key).inserted { ids.append(record.key) }
-            return true
+        if latest.map({ $0.purges > from.purges }) ?? true {
+            try reader.enumerate(in: spec.purgeLogKeyspace, since: from.purges) { record in
+                if unique.insert(record.key).inserted { ids.append(record.key) }
+                return true
+            }
         }
         return ids
     }
