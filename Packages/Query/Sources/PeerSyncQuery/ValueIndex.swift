@@ -148,7 +148,15 @@ final class QueryIndexer: DocumentIndexer {
     /// `.invalidQuery`.
     func compile(_ text: String) throws(PeerSyncError) -> ExpressionNode {
         if let node = compiled.withLock({ $0[text] }) { return node }
-        let plan = try SQLParser.parse("SELECT " + text + " FROM _")
+        let plan: QueryPlan
+        do {
+            plan = try SQLParser.parse("SELECT " + text + " FROM _")
+        } catch {
+            // The parser's positions are in the query wrapped around the expression: not
+            // the user's text, so they are not repeated.
+            throw PeerSyncError(.invalidQuery, "the index expression '\(text)' does not parse as one SQL++ expression",
+                                context: ["expression": text])
+        }
         guard plan.columns.count == 1, plan.columns[0].alias == nil, plan.whereClause == nil else {
             throw PeerSyncError(.invalidQuery, "an index expression must be one expression", context: ["expression": text])
         }

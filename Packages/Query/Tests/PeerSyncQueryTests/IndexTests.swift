@@ -84,6 +84,11 @@ import Testing
             await #expect(throws: PeerSyncError.self) { try await c.createIndex(withName: "x", config: ValueIndexConfiguration([])) }
             await #expect(throws: PeerSyncError.self) { try await c.createIndex(withName: "", config: ValueIndexConfiguration(["n"])) }
             await #expect(throws: PeerSyncError.self) { try await c.createIndex(withName: "x", config: ValueIndexConfiguration(["n ="])) }
+            // A parse error names the expression, not a position in the query wrapped around it.
+            let unparsable = await #expect(throws: PeerSyncError.self) {
+                try await c.createIndex(withName: "x", config: ValueIndexConfiguration(["lower("]))
+            }
+            #expect(unparsable?.message == "the index expression 'lower(' does not parse as one SQL++ expression")
             await #expect(throws: PeerSyncError.self) { try await c.createIndex(withName: "x", config: ValueIndexConfiguration(["meta().id"])) }
             await #expect(throws: PeerSyncError.self) { try await c.createIndex(withName: "x", config: ValueIndexConfiguration(["$p"])) }
             #expect(try await c.indexes() == ["byN"])
