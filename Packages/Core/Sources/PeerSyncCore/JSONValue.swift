@@ -114,6 +114,37 @@ extension JSONValue {
         return out
     }
 
+    /// The value its ``canonicalData`` parses back to, computed without encoding: non-finite
+    /// doubles become `.null`, integral doubles within ±9.2e18 become `.int` (the canonical text
+    /// writes them as integers), everything else is kept, arrays and objects element by
+    /// element. So `canonicalized` has exactly the cases and values of
+    /// `JSONValue(parsing: canonicalData)`; what a database stores is that.
+    public var canonicalized: JSONValue {
+        switch self {
+        case .null, .bool, .int, .string: return self
+        case .double(let d):
+            if !d.isFinite { return .null }
+            if d.rounded() == d && abs(d) < 9.2e18 { return .int(Int64(d)) }
+            return self
+        case .array(let items):
+            if !items.contains(where: \.needsCanonicalizing) { return self }
+            return .array(items.map(\.canonicalized))
+        case .object(let members):
+            if !members.values.contains(where: \.needsCanonicalizing) { return self }
+            return .object(members.mapValues(\.canonicalized))
+        }
+    }
+
+    /// Whether ``canonicalized`` differs from `self` in its cases (a double to change inside).
+    private var needsCanonicalizing: Bool {
+        switch self {
+        case .null, .bool, .int, .string: return false
+        case .double(let d): return !d.isFinite || (d.rounded() == d && abs(d) < 9.2e18)
+        case .array(let items): return items.contains(where: \.needsCanonicalizing)
+        case .object(let members): return members.values.contains(where: \.needsCanonicalizing)
+        }
+    }
+
     /// Canonical JSON as a `String`.
     public var canonicalString: String { String(decoding: canonicalData, as: UTF8.self) }
 
