@@ -42,6 +42,7 @@ enum IndexKey {
     /// The key of the entry of document `id` whose indexed values are `values`.
     static func entryKey(_ values: [JSONValue?], documentID id: String) -> String {
         var bytes: [UInt8] = []
+        bytes.reserveCapacity(24 * values.count + 1 + id.utf8.count)
         for value in values { append(value, to: &bytes) }
         bytes.append(separator)
         bytes.append(contentsOf: id.utf8)
@@ -106,14 +107,20 @@ enum IndexKey {
         }
     }
 
-    private static let hex = Array("0123456789abcdef".utf8)
+    /// The lowercase hex digit of `d` (0...15), computed: a table in a global costs a lazy
+    /// initialization check per digit on the upkeep path of every save.
+    @inline(__always)
+    private static func hexDigit(_ d: UInt64) -> UInt8 {
+        let d = UInt8(truncatingIfNeeded: d)
+        return d < 10 ? 0x30 &+ d : 0x57 &+ d   // "0"…"9", "a"…"f"
+    }
 
     private static func appendNumber(double: Double, offset: Int64, to bytes: inout [UInt8]) {
         let bits = double.bitPattern
         let sortable = double.sign == .minus ? ~bits : bits | (1 << 63)
-        for shift in stride(from: 60, through: 0, by: -4) { bytes.append(hex[Int((sortable >> UInt64(shift)) & 0xF)]) }
+        for shift in stride(from: 60, through: 0, by: -4) { bytes.append(hexDigit((sortable >> UInt64(shift)) & 0xF)) }
         let biased = UInt16(clamping: Int(offset) + 0x8000)
-        for shift in stride(from: 12, through: 0, by: -4) { bytes.append(hex[Int((biased >> UInt16(shift)) & 0xF)]) }
+        for shift in stride(from: 12, through: 0, by: -4) { bytes.append(hexDigit(UInt64((biased >> UInt16(shift)) & 0xF))) }
     }
 
     /// `i` minus the integer value of `Double(i)` (0 up to 2^53; at most ±1024 beyond).

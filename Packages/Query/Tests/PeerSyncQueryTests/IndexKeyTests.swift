@@ -56,6 +56,15 @@ import Testing
         }
     }
 
+    /// The stored format, byte for byte (readers decode it: an encoder change must not move it).
+    @Test func numbersAndStringsEncodeToTheDocumentedBytes() {
+        #expect(IndexKey.entryKey([.int(1)], documentID: "d") == "\u{06}bff00000000000008000\u{01}d")
+        #expect(IndexKey.entryKey([.double(1.0)], documentID: "d") == "\u{06}bff00000000000008000\u{01}d")
+        #expect(IndexKey.entryKey([.double(-2.5)], documentID: "d") == "\u{06}3ffbffffffffffff8000\u{01}d")
+        #expect(IndexKey.entryKey([.int(Int64(1) << 53 + 1)], documentID: "x") == "\u{06}c3400000000000008001\u{01}x")
+        #expect(IndexKey.entryKey([.string("ab"), nil, .null], documentID: "i") == "\u{07}ab\u{01}\u{01}\u{02}\u{03}\u{01}i")
+    }
+
     @Test func entriesSortByValuesThenDocumentID() {
         var gen = Values(rng: SplitMix64(seed: 8))
         let ids = ["a", "b", "a\u{1}", "日", "\u{10FFFF}x", "Z"]
