@@ -126,9 +126,13 @@ struct DocumentEngine {
     /// Prunes the tree and writes the record; returns the new sequence.
     /// `previous`: the document's record as this transaction read it, when the caller has it
     /// (`.some(nil)`: none), so index upkeep need not read it again; `.none`: read it here.
+    /// `saved`: a body the caller encoded (canonical JSON) with the properties it encoded, so
+    /// that when it is the current body, index upkeep evaluates those properties instead of
+    /// parsing it again.
     @discardableResult
     func writeTree(_ tree: inout RevTree, docID: String, _ writer: any StorageWriter,
-                   previous: Record?? = .none) throws -> UInt64 {
+                   previous: Record?? = .none,
+                   saved: (body: [UInt8], properties: [String: JSONValue])? = nil) throws -> UInt64 {
         tree.prune(maxDepth: maxRevTreeDepth)
         tree.dropOldBodies(ancestorDepth: DocumentEngine.ancestorBodyDepth)
         guard let w = tree.winnerIndex, let body = tree[w].body else {
@@ -147,7 +151,10 @@ struct DocumentEngine {
         }
         let old = try previous ?? writer.get(docID, in: spec.documentsKeyspace)
         let sequence = try writer.put(record, in: spec.documentsKeyspace)
-        try indexes.documentChanged(id: docID, old: old, new: record, writer)
+        // The winner may be another branch than the one saved (a tombstone loses to a live
+        // leaf): the properties stand for the body only when they are its bytes.
+        let properties = saved.flatMap { $0.body == body ? $0.properties : nil }
+        try indexes.documentChanged(id: docID, old: old, new: record, newProperties: properties, writer)
         return sequence
     }
 
@@ -193,7 +200,8 @@ struct DocumentEngine {
         if !deleting { try installPendingBlobs(doc) }
         let index = tree.addLocal(parent: base, body: body, deleted: deleting, hasAttachments: hasAttachments)
         let revID = tree[index].revID
-        let sequence = try writeTree(&tree, docID: doc.id, writer, previous: .some(existing))
+        let sequence = try writeTree(&tree, docID: doc.id, writer, previous: .some(existing),
+                                     saved: (body, properties))
         doc.revisionID = revID.description
         doc.sequence = sequence
         doc.collectionName = spec.name

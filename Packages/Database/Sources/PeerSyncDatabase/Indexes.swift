@@ -95,6 +95,21 @@ public protocol PreparedDocumentIndexer: Sendable {
     /// and end with the document ID, so they are unique.
     /// Errors: any; the write that needed the keys fails and rolls back.
     func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]]
+
+    /// The same keys as ``entryKeys(documentID:body:)`` for `body` =
+    /// `JSONValue.object(properties).canonicalData`, computed from `properties` themselves (a
+    /// save holds them: no parse of the bytes it just encoded). An implementation must give
+    /// exactly those keys: the stored body is the canonical form (integral doubles are integers,
+    /// non-finite numbers `null`, see `JSONValue.canonicalized`), so it evaluates over the
+    /// canonical form of what it reads. The default encodes and calls
+    /// ``entryKeys(documentID:body:)``. Errors: as that.
+    func entryKeys(documentID: String, properties: [String: JSONValue]) throws -> [[String]]
+}
+
+extension PreparedDocumentIndexer {
+    public func entryKeys(documentID: String, properties: [String: JSONValue]) throws -> [[String]] {
+        try entryKeys(documentID: documentID, body: JSONValue.object(properties).canonicalData)
+    }
 }
 
 /// The process-wide indexer (see the file comment).
@@ -160,8 +175,11 @@ struct IndexMaintenance: Sendable {
     }
 
     /// Replaces the entries of document `id` (whose record was `old` and is now `new`; nil:
-    /// absent or purged) in every index.
-    func documentChanged(id: String, old: Record?, new: Record?, _ writer: any StorageWriter) throws {
+    /// absent or purged) in every index. `newProperties`: the properties whose canonical JSON
+    /// is `new`'s body, when the caller holds them (a save), so the keys are computed without
+    /// parsing that body (``PreparedDocumentIndexer/entryKeys(documentID:properties:)``).
+    func documentChanged(id: String, old: Record?, new: Record?, newProperties: [String: JSONValue]? = nil,
+                         _ writer: any StorageWriter) throws {
         let oldLive = old.flatMap { $0.flags.contains(.deleted) ? nil : $0.body }
         let newLive = new.flatMap { $0.flags.contains(.deleted) ? nil : $0.body }
         if oldLive == newLive { return }
@@ -170,14 +188,22 @@ struct IndexMaintenance: Sendable {
             return
         }
         guard let indexer else { return }   // every index is stale: rebuilt before it is used
-        let empty = [[String]](repeating: [], count: live.count)
-        let allBefore = try oldLive.map { try indexer.entryKeys(documentID: id, body: $0) } ?? empty
-        let allAfter = try newLive.map { try indexer.entryKeys(documentID: id, body: $0) } ?? empty
+        let allBefore = try oldLive.map { try indexer.entryKeys(documentID: id, body: $0) }
+        let allAfter = try newLive.map { body in
+            try newProperties.map { try indexer.entryKeys(documentID: id, properties: $0) }
+                ?? indexer.entryKeys(documentID: id, body: body)
+        }
         let idBytes = Array(id.utf8)
         for (i, position) in live.enumerated() {
             let keyspace = keyspaces[position]
-            let before = allBefore[i], after = allAfter[i]
+            let before = allBefore?[i] ?? [], after = allAfter?[i] ?? []
             if before == after { continue }
+            // A value index has one key per document: compared directly, no sets.
+            if before.count <= 1 && after.count <= 1 {
+                if let key = before.first { try writer.purge(key, in: keyspace) }
+                if let key = after.first { try writer.put(Record(key: key, body: idBytes), in: keyspace) }
+                continue
+            }
             let keep = before.isEmpty || after.isEmpty ? [] : Set(before).intersection(after)
             for key in before where !keep.contains(key) { try writer.purge(key, in: keyspace) }
             for key in after where !keep.contains(key) { try writer.put(Record(key: key, body: idBytes), in: keyspace) }

@@ -217,14 +217,65 @@ struct PreparedQueryIndexer: PreparedDocumentIndexer {
     let compiled: [[ExpressionNode]]
     /// The top-level properties any of them reads.
     let keys: Set<String>
+    /// Per definition, per expression: its path when it is a plain property (`type`,
+    /// `address.city`, `tags[0]`), whose value is a lookup; nil for any other expression
+    /// (the evaluator's). The same values as evaluating it (`Evaluator.resolve`).
+    let paths: [[[PathComponent]?]]
+    /// Whether every expression is a plain property.
+    let onlyPaths: Bool
+
+    init(compiled: [[ExpressionNode]], keys: Set<String>) {
+        self.compiled = compiled
+        self.keys = keys
+        paths = compiled.map { nodes in
+            nodes.map { node in
+                if case .property(let path, _) = node, case .key? = path.first { return path }
+                return nil
+            }
+        }
+        onlyPaths = paths.allSatisfy { $0.allSatisfy { $0 != nil } }
+    }
 
     func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]] {
         let properties = body.isEmpty ? [:] : try JSONValue.objectProperties(parsing: body, keys: keys)
+        return try entryKeys(documentID, canonical: properties)
+    }
+
+    /// Without the body's bytes: the values read are put in their canonical form
+    /// (`JSONValue.canonicalized`, what parsing the stored body gives), so the keys are those
+    /// of ``entryKeys(documentID:body:)`` (`IndexUpkeepDifferentialTests` checks it).
+    func entryKeys(documentID: String, properties: [String: JSONValue]) throws -> [[String]] {
+        if onlyPaths {
+            // A lookup then the canonical form of what it found: the same value as the
+            // lookup in canonical properties (canonicalizing keeps keys and array positions).
+            return paths.map { definition in
+                [IndexKey.entryKey(definition.map { Evaluator.resolve($0!, in: properties)?.canonicalized },
+                                   documentID: documentID)]
+            }
+        }
+        var read: [String: JSONValue] = [:]
+        read.reserveCapacity(keys.count)
+        for key in keys {
+            if let value = properties[key] { read[key] = value.canonicalized }
+        }
+        return try entryKeys(documentID, canonical: read)
+    }
+
+    /// The keys from `properties` in canonical form (at least those in ``keys``).
+    private func entryKeys(_ documentID: String, canonical properties: [String: JSONValue]) throws -> [[String]] {
+        if onlyPaths {
+            return paths.map { definition in
+                [IndexKey.entryKey(definition.map { Evaluator.resolve($0!, in: properties) }, documentID: documentID)]
+            }
+        }
         let document = QueryDocument(id: documentID, sequence: 0, revisionID: "", isDeleted: false,
                                      expiration: nil, properties: properties)
         let evaluator = Evaluator(parameters: [:])
-        return try compiled.map { nodes in
-            let values = try nodes.map { node throws(PeerSyncError) in try evaluator.evaluate(node, document) }
+        return try compiled.indices.map { i in
+            let values = try compiled[i].indices.map { j throws(PeerSyncError) in
+                if let path = paths[i][j] { return Evaluator.resolve(path, in: properties) }
+                return try evaluator.evaluate(compiled[i][j], document)
+            }
             return [IndexKey.entryKey(values, documentID: documentID)]
         }
     }
