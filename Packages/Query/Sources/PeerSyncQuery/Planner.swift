@@ -26,6 +26,16 @@ struct AccessPath: Sendable, Hashable {
     }
     private var orderValues: Int?
     private var orderDescending = false
+    /// Set when the index covers the query: rows are built from the index entries, no
+    /// document is read (see ``Planner/covering(_:index:)``).
+    var covering: Covering?
+
+    /// The top-level properties a covered query reads and the positions of the index
+    /// expressions that are exactly those properties, ascending by position.
+    struct Covering: Sendable, Hashable {
+        var keys: [String]
+        var positions: [Int]
+    }
 
     struct Range: Sendable, Hashable {
         var lower: String?
@@ -107,7 +117,31 @@ enum Planner {
             }
             if best == nil || score > best!.score { best = (path, score) }
         }
-        return best?.path ?? .scan
+        guard var path = best?.path, let index = path.index else { return .scan }
+        path.covering = covering(plan, index: index)
+        return path
+    }
+
+    /// Whether `index` covers `plan`: every property the query reads (in `SELECT`, `WHERE`,
+    /// `ORDER BY`, groups, …) is read through a top-level property that is one of the index's
+    /// expressions (`n` covers `n`, `n.x` and `n[0]`), and `meta()` is read for the document ID
+    /// only. Deleted documents have no entry, so the entries are exactly the live documents a
+    /// fetch would find; a query over deleted documents is a scan anyway. An entry whose
+    /// values cannot be read back exactly (``IndexKey/decodeStoredValues(_:count:positions:)``)
+    /// has its document read instead.
+    static func covering(_ plan: QueryPlan, index: UsableIndex) -> AccessPath.Covering? {
+        guard plan.joins.isEmpty, !plan.includesDeleted, let read = plan.readProperties else { return nil }
+        let otherMeta = plan.allExpressions.contains { e in
+            e.contains { if case .meta(let key, _) = $0 { return key != .id }; return false }
+        }
+        if otherMeta { return nil }
+        var pairs: [(position: Int, key: String)] = []
+        for key in read {
+            guard let position = index.expressions.firstIndex(of: .property([.key(key)], alias: nil)) else { return nil }
+            pairs.append((position, key))
+        }
+        pairs.sort { $0.position < $1.position }
+        return AccessPath.Covering(keys: pairs.map(\.key), positions: pairs.map(\.position))
     }
 
     /// The `AND`ed conditions of a condition.
@@ -229,8 +263,9 @@ enum Planner {
         if let order = path.order {
             line += "; ORDER BY FROM THE INDEX" + (order.descending ? " (read backwards)" : "")
         } else {
-            line += "; documents fetched in document-ID order"
+            line += path.covering == nil ? "; documents fetched in document-ID order" : "; in document-ID order"
         }
+        if path.covering != nil { line += "; COVERING INDEX (values read from the index, no document fetched)" }
         return line
     }
 }
@@ -259,15 +294,38 @@ enum IndexedScan {
             try transaction.forEachDocument(in: collection, after: after, includeDeleted: includeDeleted, emit)
             return
         }
+        // One entry: its row from the key when the index covers the query (and the key's
+        // values read back exactly), else the document read by ID (nil: no longer there).
+        let count = index.expressions.count
+        func visitEntry(_ id: String, _ key: [UInt8]) throws -> Bool {
+            if let covering = path.covering,
+               let values = IndexKey.decodeStoredValues(key, count: count, positions: covering.positions) {
+                var properties: [String: JSONValue] = [:]
+                for (name, value) in zip(covering.keys, values) where value != nil { properties[name] = value }
+                return try visit(QueryDocument(id: id, sequence: 0, revisionID: "", isDeleted: false,
+                                               expiration: nil, properties: properties))
+            }
+            // A leaner read than `document(id:in:)`: no `Document` built around the record.
+            guard let document = try transaction.queriedDocument(id: id, in: collection, readingOnly: readProperties) else {
+                return true
+            }
+            var expiration: Int64?
+            if readsExpiration, let date = try transaction.expiration(ofDocument: id, in: collection) {
+                expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
+            }
+            return try visit(QueryDocument(id: document.id, sequence: document.sequence, revisionID: document.revisionID,
+                                           isDeleted: false, expiration: expiration, properties: document.properties))
+        }
+        let keepKeys = path.covering != nil
         if let order = path.order {
             precondition(after == nil, "a scan in an index's order cannot resume after a document ID")
-            var group: [String] = []
+            var group: [(id: String, key: [UInt8])] = []
             var groupKey: ArraySlice<UInt8>?
             var stopped = false
             func flush() throws {
-                group.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-                for id in group where !stopped {
-                    if let document = try transaction.document(id: id, in: collection), !(try emit(document)) { stopped = true }
+                if group.count > 1 { group.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) } }
+                for entry in group where !stopped {
+                    if !(try visitEntry(entry.id, entry.key)) { stopped = true }
                 }
                 group.removeAll(keepingCapacity: true)
             }
@@ -282,28 +340,27 @@ enum IndexedScan {
                         if stopped { return false }
                     }
                     groupKey = prefix
-                    group.append(id)
+                    group.append((id, keepKeys ? bytes : []))
                     return true
                 }
             }
             if !stopped { try flush() }
             return
         }
-        var ids: [String] = []
+        var entries: [(id: String, key: [UInt8])] = []
         for range in path.ranges {
             try transaction.forEachIndexEntry(index: index.name, in: collection, range: range.keyRange,
-                                              descending: false) { _, id in
-                ids.append(id)
+                                              descending: false) { key, id in
+                entries.append((id, keepKeys ? Array(key.utf8) : []))
                 return true
             }
         }
-        if let after { ids.removeAll { !after.utf8.lexicographicallyPrecedes($0.utf8) } }
-        ids.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        if let after { entries.removeAll { !after.utf8.lexicographicallyPrecedes($0.id.utf8) } }
+        entries.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }
         var previous: String?
-        for id in ids where id != previous {
-            previous = id
-            guard let document = try transaction.document(id: id, in: collection) else { continue }
-            if !(try emit(document)) { return }
+        for entry in entries where entry.id != previous {
+            previous = entry.id
+            if !(try visitEntry(entry.id, entry.key)) { return }
         }
     }
 }
@@ -311,22 +368,58 @@ enum IndexedScan {
 /// Plans a query inside its read transaction, from the index definitions of that snapshot.
 enum QueryAccess {
     /// The access path and whether a stale index was passed over (the caller rebuilds it).
+    /// With a `cache` (one per ``Query``), a run whose snapshot has the same index definitions
+    /// and whose parameters are the same as the last planned run's reuses that plan: the plan
+    /// depends on nothing else (the definitions are read in every run, so an index created,
+    /// replaced, dropped or made stale by any handle or process is seen).
     static func path(_ plan: QueryPlan, parameters: [String: JSONValue], collection: Collection,
-                     transaction: DatabaseReadTransaction) throws -> (path: AccessPath, sawStale: Bool) {
-        let indexer = QueryIndexer.installed
+                     transaction: DatabaseReadTransaction, cache: PlanCache? = nil) throws -> (path: AccessPath, sawStale: Bool) {
         let definitions = try transaction.indexDefinitions(of: collection)
         if definitions.isEmpty { return (.scan, false) }
+        let sawStale = definitions.contains(where: \.isStale)
+        if let path = cache?.path(definitions: definitions, parameters: parameters) { return (path, sawStale) }
+        let indexer = QueryIndexer.installed
         var usable: [UsableIndex] = []
         for definition in definitions where definition.kind == "value" && !definition.isStale {
             guard let nodes = try? definition.expressions.map({ text throws(PeerSyncError) in try indexer.compile(text) }) else { continue }
             usable.append(UsableIndex(name: definition.name, expressions: nodes))
         }
-        return (Planner.choose(plan, parameters: parameters, indexes: usable), definitions.contains(where: \.isStale))
+        let path = Planner.choose(plan, parameters: parameters, indexes: usable)
+        cache?.store(path, definitions: definitions, parameters: parameters)
+        return (path, sawStale)
     }
 
     /// Rebuilds the collection's stale indexes (a process without the query package changed
     /// documents; see `IndexDefinition.isStale`).
     static func rebuildStaleIndexes(_ collection: Collection) async throws {
         try await collection.rebuildStaleIndexes(indexer: QueryIndexer.installed)
+    }
+}
+
+/// The last access path a ``Query`` planned and what it was planned from: the index
+/// definitions of that run's snapshot and the parameters (see ``QueryAccess/path``).
+/// Thread-safe: runs of one query on several reader threads share it.
+final class PlanCache: Sendable {
+    private struct Entry: Sendable {
+        var definitions: [IndexDefinition]
+        var parameters: [String: JSONValue]
+        var path: AccessPath
+    }
+
+    private let last = LockedValue<Entry?>(nil)
+    /// How many plans were made (not reused), for tests.
+    let plansMade = LockedValue(0)
+
+    /// The stored path when it was planned from exactly these definitions and parameters.
+    func path(definitions: [IndexDefinition], parameters: [String: JSONValue]) -> AccessPath? {
+        last.withLock { entry in
+            guard let entry, entry.definitions == definitions, entry.parameters == parameters else { return nil }
+            return entry.path
+        }
+    }
+
+    func store(_ path: AccessPath, definitions: [IndexDefinition], parameters: [String: JSONValue]) {
+        plansMade.withLock { $0 += 1 }
+        last.withLock { $0 = Entry(definitions: definitions, parameters: parameters, path: path) }
     }
 }

@@ -22,6 +22,8 @@ public final class Query: Sendable, CustomStringConvertible {
     let live = LiveQueries()
     /// What its runs read (DocumentScan.swift).
     let scanStatistics = ScanStatistics()
+    /// The last plan, reused while the index definitions and parameters stay the same (Planner.swift).
+    let planCache = PlanCache()
 
     init(database: Database, collection: Collection?, plan: QueryPlan) {
         self.database = database
@@ -100,6 +102,7 @@ public final class Query: Sendable, CustomStringConvertible {
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
+        let planCache = self.planCache
         var rebuilt = false
         while true {
             let scanIfStale = rebuilt
@@ -108,7 +111,8 @@ public final class Query: Sendable, CustomStringConvertible {
                 // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
                 // query with joins scans its FROM collection (the planner reads one source's WHERE).
                 let (path, sawStale) = plan.joins.isEmpty
-                    ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+                    ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction,
+                                           cache: planCache)
                     : (AccessPath.scan, false)
                 // A stale index (see `rebuildStaleIndexes`) is rebuilt before the query runs;
                 // if another process made it stale again since, this run scans instead.
@@ -137,10 +141,12 @@ public final class Query: Sendable, CustomStringConvertible {
         let collection = try await resolveCollection()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
+        let planCache = self.planCache
         func access() async throws -> (path: AccessPath, sawStale: Bool) {
             guard plan.joins.isEmpty else { return (.scan, false) }
             return try await database.inReadBatch { transaction in
-                try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+                try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction,
+                                     cache: planCache)
             }
         }
         // As `execute()`: a stale index is rebuilt first, so the plan shown is the one it runs.

@@ -114,6 +114,7 @@ extension Query {
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
+        let planCache = self.planCache
         while true {
             let start = cursor
             let outcome: (rows: [[JSONValue?]], cursor: QueryPageCursor)? = try await database.inReadBatch { transaction in
@@ -122,7 +123,7 @@ extension Query {
                 let executor = Executor(plan: plan, parameters: parameters)
                 let (limit, offset) = try executor.validate()
                 let (path, sawStale) = try QueryAccess.path(plan, parameters: parameters, collection: collection,
-                                                            transaction: transaction)
+                                                            transaction: transaction, cache: planCache)
                 if sawStale && !cursor.rebuiltStale { return nil }
                 var rows: [[JSONValue?]] = []
                 if let limit, cursor.returned >= limit {
