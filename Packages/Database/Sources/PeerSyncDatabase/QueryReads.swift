@@ -16,7 +16,41 @@ public struct QueriedDocument: Sendable {
     public var properties: [String: JSONValue]
 }
 
+/// One stored index definition as the storage holds it: its name and its stored bytes.
+@_spi(Indexing)
+public struct StoredIndexDefinition: Sendable, Hashable {
+    /// The index name.
+    public let name: String
+    /// The stored body (JSON: kind, expressions, stale flag), not parsed.
+    public let bytes: [UInt8]
+}
+
 extension DatabaseReadTransaction {
+    /// The index definitions of `collection` in this snapshot as stored, sorted by name, not
+    /// parsed: equal lists mean equal definitions, so a reader that planned from one list can
+    /// tell whether its plan still holds without parsing them again
+    /// (``indexDefinitions(of:)`` parses them, ``indexDefinitions(from:)`` parses these).
+    /// Errors: `.notFound` for a missing collection, `.closed` after the batch ended.
+    @_spi(Indexing)
+    public func storedIndexDefinitions(of collection: Collection) throws -> [StoredIndexDefinition] {
+        let engine = try engine(collection)
+        var out: [StoredIndexDefinition] = []
+        try reader.enumerate(in: engine.spec.indexDefinitionsKeyspace) { record in
+            out.append(StoredIndexDefinition(name: record.key, bytes: record.body))
+            return true
+        }
+        return out
+    }
+
+    /// The definitions ``storedIndexDefinitions(of:)`` returned, parsed (as
+    /// ``indexDefinitions(of:)`` returns them). Errors: `.corrupt` for a damaged definition.
+    @_spi(Indexing)
+    public func indexDefinitions(from stored: [StoredIndexDefinition]) throws -> [IndexDefinition] {
+        try stored.map { definition throws(PeerSyncError) in
+            try IndexDefinition(name: definition.name, record: Record(key: definition.name, body: definition.bytes))
+        }
+    }
+
     /// The current revision of document `id` of `collection` as a query reads it, or nil when
     /// there is none or it is deleted (as ``document(id:in:)``): with `keys`, only those
     /// top-level properties are parsed (``JSONValue/objectProperties(parsing:keys:)``; other
@@ -33,13 +67,29 @@ extension DatabaseReadTransaction {
     public func queriedDocument(id: String, in collection: Collection, readingOnly keys: Set<String>?) throws -> QueriedDocument? {
         let engine = try engine(collection)
         guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { return nil }
+        return try QueriedDocument(record, engine, readingOnly: keys)
+    }
+
+    /// ``queriedDocument(id:in:readingOnly:)`` for each of `ids` in turn, calling `body` with
+    /// those there are (not deleted) until it returns false: the collection is looked up once.
+    @_spi(Indexing)
+    public func forEachQueriedDocument(ids: some Sequence<String>, in collection: Collection, readingOnly keys: Set<String>?,
+                                       _ body: (QueriedDocument) throws -> Bool) throws {
+        let engine = try engine(collection)
+        for id in ids {
+            guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { continue }
+            if !(try body(try QueriedDocument(record, engine, readingOnly: keys))) { return }
+        }
+    }
+}
+
+extension QueriedDocument {
+    init(_ record: Record, _ engine: DocumentEngine, readingOnly keys: Set<String>?) throws {
         guard StoredBody.looksLikeObject(record.body) else {
             throw PeerSyncError(.corrupt, "stored document body is not a JSON object", context: ["docID": record.key]).with(engine.spec)
         }
-        return QueriedDocument(id: record.key, sequence: record.sequence,
-                               revisionID: String(decoding: record.version, as: UTF8.self),
-                               properties: StoredBody.properties(of: record.body, readingOnly: keys, docID: record.key,
-                                                                 collection: engine.spec))
+        self.init(id: record.key, sequence: record.sequence, revisionID: String(decoding: record.version, as: UTF8.self),
+                  properties: StoredBody.properties(of: record.body, readingOnly: keys, docID: record.key, collection: engine.spec))
     }
 }
 

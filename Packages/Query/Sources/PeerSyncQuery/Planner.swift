@@ -294,27 +294,42 @@ enum IndexedScan {
             try transaction.forEachDocument(in: collection, after: after, includeDeleted: includeDeleted, emit)
             return
         }
-        // One entry: its row from the key when the index covers the query (and the key's
-        // values read back exactly), else the document read by ID (nil: no longer there).
+        // Entries in the order they are to be visited: each row from its key when the index
+        // covers the query (and the key's values read back exactly), else from its document,
+        // read by ID (skipped when no longer there). False: `visit` asked to stop.
         let count = index.expressions.count
-        func visitEntry(_ id: String, _ key: [UInt8]) throws -> Bool {
-            if let covering = path.covering,
-               let values = IndexKey.decodeStoredValues(key, count: count, positions: covering.positions) {
-                var properties: [String: JSONValue] = [:]
-                for (name, value) in zip(covering.keys, values) where value != nil { properties[name] = value }
-                return try visit(QueryDocument(id: id, sequence: 0, revisionID: "", isDeleted: false,
-                                               expiration: nil, properties: properties))
-            }
-            // A leaner read than `document(id:in:)`: no `Document` built around the record.
-            guard let document = try transaction.queriedDocument(id: id, in: collection, readingOnly: readProperties) else {
-                return true
-            }
+        func fetched(_ document: QueriedDocument) throws -> Bool {
             var expiration: Int64?
-            if readsExpiration, let date = try transaction.expiration(ofDocument: id, in: collection) {
+            if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
                 expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
             }
             return try visit(QueryDocument(id: document.id, sequence: document.sequence, revisionID: document.revisionID,
                                            isDeleted: false, expiration: expiration, properties: document.properties))
+        }
+        func visitEntries(_ entries: ArraySlice<(id: String, key: [UInt8])>) throws -> Bool {
+            guard let covering = path.covering else {
+                var stopped = false
+                try transaction.forEachQueriedDocument(ids: entries.lazy.map(\.id), in: collection,
+                                                       readingOnly: readProperties) { document in
+                    if try fetched(document) { return true }
+                    stopped = true
+                    return false
+                }
+                return !stopped
+            }
+            for entry in entries {
+                if let values = IndexKey.decodeStoredValues(entry.key, count: count, positions: covering.positions) {
+                    var properties: [String: JSONValue] = [:]
+                    for (name, value) in zip(covering.keys, values) where value != nil { properties[name] = value }
+                    let row = QueryDocument(id: entry.id, sequence: 0, revisionID: "", isDeleted: false,
+                                            expiration: nil, properties: properties)
+                    if !(try visit(row)) { return false }
+                } else if let document = try transaction.queriedDocument(id: entry.id, in: collection, readingOnly: readProperties),
+                          !(try fetched(document)) {
+                    return false
+                }
+            }
+            return true
         }
         let keepKeys = path.covering != nil
         if let order = path.order {
@@ -324,9 +339,7 @@ enum IndexedScan {
             var stopped = false
             func flush() throws {
                 if group.count > 1 { group.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) } }
-                for entry in group where !stopped {
-                    if !(try visitEntry(entry.id, entry.key)) { stopped = true }
-                }
+                if !stopped, !(try visitEntries(group[...])) { stopped = true }
                 group.removeAll(keepingCapacity: true)
             }
             let ranges = order.descending ? path.ranges.reversed() : path.ranges
@@ -356,37 +369,52 @@ enum IndexedScan {
             }
         }
         if let after { entries.removeAll { !after.utf8.lexicographicallyPrecedes($0.id.utf8) } }
-        entries.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }
-        var previous: String?
-        for entry in entries where entry.id != previous {
-            previous = entry.id
-            if !(try visitEntry(entry.id, entry.key)) { return }
+        // One equal value (`=`) gives its entries in document-ID order already; others are sorted.
+        if !IndexedScan.idsAscending(entries) {
+            entries.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }
+            var unique: [(id: String, key: [UInt8])] = []
+            unique.reserveCapacity(entries.count)
+            for entry in entries where unique.last?.id != entry.id { unique.append(entry) }
+            entries = unique
         }
+        _ = try visitEntries(entries[...])
+    }
+
+    /// Whether the entries' IDs are strictly ascending in byte order.
+    static func idsAscending(_ entries: [(id: String, key: [UInt8])]) -> Bool {
+        var previous: String?
+        for entry in entries {
+            if let previous, !previous.utf8.lexicographicallyPrecedes(entry.id.utf8) { return false }
+            previous = entry.id
+        }
+        return true
     }
 }
 
 /// Plans a query inside its read transaction, from the index definitions of that snapshot.
 enum QueryAccess {
     /// The access path and whether a stale index was passed over (the caller rebuilds it).
-    /// With a `cache` (one per ``Query``), a run whose snapshot has the same index definitions
-    /// and whose parameters are the same as the last planned run's reuses that plan: the plan
-    /// depends on nothing else (the definitions are read in every run, so an index created,
-    /// replaced, dropped or made stale by any handle or process is seen).
+    /// With a `cache` (one per ``Query``), a run whose snapshot holds the same stored index
+    /// definitions (byte for byte) and whose parameters are the same as the last planned run's
+    /// reuses that plan: the plan depends on nothing else. The definitions are read in every
+    /// run, so an index created, replaced, dropped or made stale by any handle or process is
+    /// seen by the next run.
     static func path(_ plan: QueryPlan, parameters: [String: JSONValue], collection: Collection,
                      transaction: DatabaseReadTransaction, cache: PlanCache? = nil) throws -> (path: AccessPath, sawStale: Bool) {
-        let definitions = try transaction.indexDefinitions(of: collection)
-        if definitions.isEmpty { return (.scan, false) }
-        let sawStale = definitions.contains(where: \.isStale)
-        if let path = cache?.path(definitions: definitions, parameters: parameters) { return (path, sawStale) }
+        let stored = try transaction.storedIndexDefinitions(of: collection)
+        if stored.isEmpty { return (.scan, false) }
+        if let hit = cache?.plan(stored: stored, parameters: parameters) { return hit }
+        let definitions = try transaction.indexDefinitions(from: stored)
         let indexer = QueryIndexer.installed
         var usable: [UsableIndex] = []
         for definition in definitions where definition.kind == "value" && !definition.isStale {
             guard let nodes = try? definition.expressions.map({ text throws(PeerSyncError) in try indexer.compile(text) }) else { continue }
             usable.append(UsableIndex(name: definition.name, expressions: nodes))
         }
-        let path = Planner.choose(plan, parameters: parameters, indexes: usable)
-        cache?.store(path, definitions: definitions, parameters: parameters)
-        return (path, sawStale)
+        let planned = (path: Planner.choose(plan, parameters: parameters, indexes: usable),
+                       sawStale: definitions.contains(where: \.isStale))
+        cache?.store(planned, stored: stored, parameters: parameters)
+        return planned
     }
 
     /// Rebuilds the collection's stale indexes (a process without the query package changed
@@ -396,30 +424,50 @@ enum QueryAccess {
     }
 }
 
-/// The last access path a ``Query`` planned and what it was planned from: the index
+/// The last access path a ``Query`` planned and what it was planned from: the stored index
 /// definitions of that run's snapshot and the parameters (see ``QueryAccess/path``).
 /// Thread-safe: runs of one query on several reader threads share it.
 final class PlanCache: Sendable {
     private struct Entry: Sendable {
-        var definitions: [IndexDefinition]
-        var parameters: [String: JSONValue]
+        var stored: [StoredIndexDefinition]
+        var parameters: [UInt8]
         var path: AccessPath
+        var sawStale: Bool
     }
 
     private let last = LockedValue<Entry?>(nil)
     /// How many plans were made (not reused), for tests.
     let plansMade = LockedValue(0)
 
-    /// The stored path when it was planned from exactly these definitions and parameters.
-    func path(definitions: [IndexDefinition], parameters: [String: JSONValue]) -> AccessPath? {
-        last.withLock { entry in
-            guard let entry, entry.definitions == definitions, entry.parameters == parameters else { return nil }
-            return entry.path
+    /// The stored plan when it was planned from exactly these definitions and parameters.
+    func plan(stored: [StoredIndexDefinition], parameters: [String: JSONValue]) -> (path: AccessPath, sawStale: Bool)? {
+        guard let key = PlanCache.key(parameters) else { return nil }
+        return last.withLock { entry in
+            guard let entry, entry.stored == stored, entry.parameters == key else { return nil }
+            return (entry.path, entry.sawStale)
         }
     }
 
-    func store(_ path: AccessPath, definitions: [IndexDefinition], parameters: [String: JSONValue]) {
+    func store(_ planned: (path: AccessPath, sawStale: Bool), stored: [StoredIndexDefinition], parameters: [String: JSONValue]) {
         plansMade.withLock { $0 += 1 }
-        last.withLock { $0 = Entry(definitions: definitions, parameters: parameters, path: path) }
+        guard let key = PlanCache.key(parameters) else { return }
+        last.withLock { $0 = Entry(stored: stored, parameters: key, path: planned.path, sawStale: planned.sawStale) }
+    }
+
+    /// The parameters as their canonical JSON: equal bytes give equal index keys (strings by
+    /// their exact bytes — Swift's `==` would equate canonically equivalent strings, whose
+    /// keys differ). Nil (not cached) when a number is not finite: canonical JSON writes it
+    /// as `null`.
+    static func key(_ parameters: [String: JSONValue]) -> [UInt8]? {
+        func finite(_ v: JSONValue) -> Bool {
+            switch v {
+            case .double(let d): return d.isFinite
+            case .array(let items): return items.allSatisfy(finite)
+            case .object(let o): return o.values.allSatisfy(finite)
+            default: return true
+            }
+        }
+        guard parameters.values.allSatisfy(finite) else { return nil }
+        return JSONValue.object(parameters).canonicalData
     }
 }

@@ -24,11 +24,14 @@ public final class Query: Sendable, CustomStringConvertible {
     let scanStatistics = ScanStatistics()
     /// The last plan, reused while the index definitions and parameters stay the same (Planner.swift).
     let planCache = PlanCache()
+    /// What every run needs to know of the plan (AST.swift).
+    let facts: PlanFacts
 
     init(database: Database, collection: Collection?, plan: QueryPlan) {
         self.database = database
         self.collection = collection
         self.plan = plan
+        self.facts = PlanFacts(plan)
         _ = QueryIndexer.installed   // this process maintains value indexes from now on
     }
 
@@ -103,6 +106,7 @@ public final class Query: Sendable, CustomStringConvertible {
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
         let planCache = self.planCache
+        let facts = self.facts
         var rebuilt = false
         while true {
             let scanIfStale = rebuilt
@@ -118,8 +122,8 @@ public final class Query: Sendable, CustomStringConvertible {
                 // if another process made it stale again since, this run scans instead.
                 if sawStale && !scanIfStale { return nil }
                 let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
-                                        statistics: statistics, path: path)
-                return try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
+                                        statistics: statistics, path: path, facts: facts)
+                return try Executor(plan: plan, parameters: parameters, facts: facts).run(ordered: path.order != nil) { visit in
                     try scan.run(transaction, visit)
                 }
             }

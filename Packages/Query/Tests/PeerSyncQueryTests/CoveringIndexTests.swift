@@ -140,7 +140,7 @@ import Testing
             #expect(try await rows(query) == ["{\"id\":\"d8\",\"n\":8}", "{\"id\":\"d9\",\"n\":9}"])
             #expect(query.planCache.plansMade.withLock { $0 } == 4)
 
-            // Dropped by another handle's transaction: seen by the next run.
+            // Dropped: the next run scans.
             try await c.deleteIndex(forName: "byN")
             #expect(try await rows(query) == ["{\"id\":\"d8\",\"n\":8}", "{\"id\":\"d9\",\"n\":9}"])
             #expect(try await query.explain().contains("SCAN COLLECTION"))
