@@ -225,3 +225,28 @@ struct QueryPlan: Sendable, Hashable {
         }
     }
 }
+
+/// What every run needs to know of a plan and that depends on neither the parameters nor the
+/// data — each a walk of the expression trees — worked out once per ``Query``.
+struct PlanFacts: Sendable {
+    let includesDeleted: Bool
+    let readsExpiration: Bool
+    let readProperties: Set<String>?
+    let isAggregate: Bool
+    /// What ``Executor/validate()`` throws for the plan's shape (an aggregate where none may
+    /// be), nil when the shape is valid.
+    let shapeError: PeerSyncError?
+
+    init(_ plan: QueryPlan) {
+        includesDeleted = plan.includesDeleted
+        readsExpiration = plan.readsExpiration
+        readProperties = plan.readProperties
+        isAggregate = plan.isAggregate
+        do {
+            try Executor.checkShape(plan)
+            shapeError = nil
+        } catch {
+            shapeError = error
+        }
+    }
+}

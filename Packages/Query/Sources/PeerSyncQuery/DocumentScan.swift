@@ -30,10 +30,12 @@ struct DocumentScan {
     let statistics: ScanStatistics?
     /// How the `FROM` collection is read: a scan, or a value index the planner chose.
     let path: AccessPath
+    let facts: PlanFacts
 
     init(plan: QueryPlan, main: Collection, joins: [Source], parameters: [String: JSONValue],
-         statistics: ScanStatistics? = nil, path: AccessPath = .scan) {
+         statistics: ScanStatistics? = nil, path: AccessPath = .scan, facts: PlanFacts? = nil) {
         self.path = path
+        self.facts = facts ?? PlanFacts(plan)
         self.plan = plan
         self.main = main
         self.joins = joins
@@ -77,10 +79,13 @@ struct DocumentScan {
 
     /// Runs the scan in `transaction`, calling `visit` with each combined row until it returns false.
     func run(_ transaction: DatabaseReadTransaction, _ visit: (QueryDocument) throws -> Bool) throws {
-        let includeDeleted = plan.includesDeleted
-        let readsExpiration = plan.readsExpiration
+        let includeDeleted = facts.includesDeleted
+        let readsExpiration = facts.readsExpiration
+        // Counted here, added to the statistics once at the end (not a lock per document).
+        var documentsRead = 0
+        defer { if documentsRead > 0 { statistics?.documentsRead.withLock { $0 += documentsRead } } }
         func make(_ document: Document, _ collection: Collection) throws -> QueryDocument {
-            statistics?.documentsRead.withLock { $0 += 1 }
+            documentsRead += 1
             var expiration: Int64?
             if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
                 expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
@@ -127,8 +132,8 @@ struct DocumentScan {
             return true
         }
         try IndexedScan.run(path, collection: main, transaction: transaction, includeDeleted: includeDeleted,
-                            readsExpiration: readsExpiration, readProperties: plan.readProperties) { row in
-            statistics?.documentsRead.withLock { $0 += 1 }
+                            readsExpiration: readsExpiration, readProperties: facts.readProperties) { row in
+            documentsRead += 1
             return try extend(row, 0)
         }
     }

@@ -7,18 +7,34 @@ import PeerSyncCore
 struct Executor {
     let plan: QueryPlan
     let evaluator: Evaluator
+    let facts: PlanFacts
 
     /// A scan: calls its argument with each document, in document-ID order, until it returns false.
     typealias Scan = ((QueryDocument) throws -> Bool) throws -> Void
 
-    init(plan: QueryPlan, parameters: [String: JSONValue]) {
+    /// `facts`: the plan's (``PlanFacts``), when the caller keeps them; else worked out here.
+    init(plan: QueryPlan, parameters: [String: JSONValue], facts: PlanFacts? = nil) {
         self.plan = plan
         self.evaluator = Evaluator(parameters: parameters)
+        self.facts = facts ?? PlanFacts(plan)
     }
 
     /// Checks what can be checked before a scan: aggregates only where allowed, `LIMIT` and
     /// `OFFSET` numbers. Returns (limit, offset).
     func validate() throws(PeerSyncError) -> (limit: Int?, offset: Int) {
+        if let error = facts.shapeError { throw error }
+        func number(_ e: ExpressionNode?, _ what: String) throws(PeerSyncError) -> Int? {
+            guard let e else { return nil }
+            guard let v = try evaluator.evaluate(e, nil), let n = v.doubleValue else {
+                throw PeerSyncError(.invalidQuery, "\(what) must be a number")
+            }
+            return n <= 0 ? 0 : Int(Swift.min(n, Double(Int.max / 2)))
+        }
+        return (try number(plan.limit, "LIMIT"), try number(plan.offset, "OFFSET") ?? 0)
+    }
+
+    /// The checks of a plan's shape: aggregates only where allowed, none nested.
+    static func checkShape(_ plan: QueryPlan) throws(PeerSyncError) {
         if let w = plan.whereClause, w.containsAggregate {
             throw PeerSyncError(.invalidQuery, "an aggregate function cannot be used in WHERE")
         }
@@ -28,14 +44,6 @@ struct Executor {
         for e in plan.allExpressions {
             try Executor.checkNestedAggregates(e, inside: false)
         }
-        func number(_ e: ExpressionNode?, _ what: String) throws(PeerSyncError) -> Int? {
-            guard let e else { return nil }
-            guard let v = try evaluator.evaluate(e, nil), let n = v.doubleValue else {
-                throw PeerSyncError(.invalidQuery, "\(what) must be a number")
-            }
-            return n <= 0 ? 0 : Int(Swift.min(n, Double(Int.max / 2)))
-        }
-        return (try number(plan.limit, "LIMIT"), try number(plan.offset, "OFFSET") ?? 0)
     }
 
     private static func checkNestedAggregates(_ e: ExpressionNode, inside: Bool) throws(PeerSyncError) {
@@ -52,8 +60,12 @@ struct Executor {
     func run(ordered: Bool = false, _ scan: Scan) throws -> [[JSONValue?]] {
         let (limit, offset) = try validate()
         if limit == 0 { return [] }
+        // Rows the scan gives in the ORDER BY order (the planner orders only plain rows: no
+        // groups, no DISTINCT) need no sort keys and no sort: the sort is stable, so it would
+        // change nothing.
+        let inOrder = ordered && !facts.isAggregate && !plan.distinct
         var rows: [(values: [JSONValue?], keys: [JSONValue?])] = []
-        if plan.isAggregate {
+        if facts.isAggregate {
             rows = try groupedRows(scan)
         } else {
             // Without ORDER BY or DISTINCT the scan can stop once offset + limit rows are found.
@@ -61,7 +73,7 @@ struct Executor {
             try scan { document in
                 if let w = plan.whereClause, !Evaluator.isTrue(try evaluator.evaluate(w, document)) { return true }
                 rows.append((try plan.columns.map { c throws(PeerSyncError) in try evaluator.evaluate(c.expression, document) },
-                             try plan.orderBy.map { o throws(PeerSyncError) in try evaluator.evaluate(o.expression, document) }))
+                             inOrder ? [] : try plan.orderBy.map { o throws(PeerSyncError) in try evaluator.evaluate(o.expression, document) }))
                 if let stopAfter, rows.count >= stopAfter { return false }
                 return true
             }
@@ -70,7 +82,7 @@ struct Executor {
             var seen = Set<[JSONValue?]>()
             rows = rows.filter { seen.insert($0.values).inserted }
         }
-        if !plan.orderBy.isEmpty {
+        if !plan.orderBy.isEmpty && !inOrder {
             let descending = plan.orderBy.map(\.descending)
             // Stable: rows equal on every key keep their scan order.
             rows = rows.enumerated().sorted { l, r in

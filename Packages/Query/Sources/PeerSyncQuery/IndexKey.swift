@@ -191,7 +191,7 @@ enum IndexKey {
         return String(decoding: bytes[(length + 1)...], as: UTF8.self)
     }
 
-    private static func skipValue(_ b: [UInt8], _ start: Int) -> Int? {
+    static func skipValue(_ b: [UInt8], _ start: Int) -> Int? {
         guard start < b.count, let tag = Tag(rawValue: b[start]) else { return nil }
         var i = start + 1
         switch tag {
@@ -221,6 +221,126 @@ enum IndexKey {
                 if b[i + 1] == 0x01 { return i + 2 }
                 i += 2
             } else {
+                i += 1
+            }
+        }
+        return nil
+    }
+}
+
+// MARK: Reading values back (covering index reads)
+
+extension IndexKey {
+    /// The values of the entry key `bytes` (of an index of `count` expressions) at `positions`
+    /// (ascending indexes of the index's expressions), as a stored body reads them — or nil when
+    /// the key cannot give them exactly, and the caller reads the document instead.
+    ///
+    /// Only values taken from a stored (canonical) body decode: in canonical JSON an integral
+    /// number within ±9.2e18 is written as an integer, so reads back as `.int`, which is what an
+    /// integral number of the key decodes to. Not decoded (nil): an object (its keys are Swift
+    /// strings, which may merge canonically equivalent keys), an integral number of magnitude
+    /// ≥ 9.2e18 that the key does not mark as an integer (the body could hold it either as an
+    /// integer or as a double written with an exponent), MISSING inside an array, a key this
+    /// encoding did not write.
+    static func decodeStoredValues(_ bytes: [UInt8], count: Int, positions: [Int]) -> [JSONValue?]? {
+        var values: [JSONValue?] = []
+        values.reserveCapacity(positions.count)
+        var i = 0
+        var next = 0
+        for position in 0..<count {
+            if next < positions.count, positions[next] == position {
+                guard let (value, end) = decodeValue(bytes, i) else { return nil }
+                values.append(value)
+                i = end
+                next += 1
+            } else {
+                guard let end = skipValue(bytes, i) else { return nil }
+                i = end
+            }
+        }
+        guard next == positions.count, i < bytes.count, bytes[i] == separator else { return nil }
+        return values
+    }
+
+    /// One value starting at `start` (nil value: MISSING) and the index after it.
+    private static func decodeValue(_ b: [UInt8], _ start: Int) -> (JSONValue?, Int)? {
+        guard start < b.count, let tag = Tag(rawValue: b[start]) else { return nil }
+        let i = start + 1
+        switch tag {
+        case .missing: return (nil, i)
+        case .null: return (.null, i)
+        case .false: return (.bool(false), i)
+        case .true: return (.bool(true), i)
+        case .number:
+            guard i + 20 <= b.count, let value = decodeNumber(b[i..<(i + 20)]) else { return nil }
+            return (value, i + 20)
+        case .string:
+            guard let (text, end) = decodeString(b, i) else { return nil }
+            return (.string(text), end)
+        case .array:
+            var items: [JSONValue] = []
+            var j = i
+            while j < b.count, b[j] != end {
+                guard let (item, next) = decodeValue(b, j), let item else { return nil }
+                items.append(item)
+                j = next
+            }
+            return j < b.count ? (.array(items), j + 1) : nil
+        case .object:
+            return nil
+        }
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt64? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return UInt64(byte - UInt8(ascii: "0"))
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return UInt64(byte - UInt8(ascii: "a") + 10)
+        default: return nil
+        }
+    }
+
+    /// 16 hex digits of the sortable double, 4 of the integer offset (see `appendNumber`).
+    private static func decodeNumber(_ digits: ArraySlice<UInt8>) -> JSONValue? {
+        var sortable: UInt64 = 0
+        var biased: UInt64 = 0
+        for (n, byte) in digits.enumerated() {
+            guard let v = hexValue(byte) else { return nil }
+            if n < 16 { sortable = sortable << 4 | v } else { biased = biased << 4 | v }
+        }
+        let bits = sortable & (1 << 63) != 0 ? sortable & ~(1 << 63) : ~sortable
+        let double = Double(bitPattern: bits)
+        let offset = Int64(biased) - 0x8000
+        guard double.isFinite else { return nil }
+        if offset != 0 {
+            // Only an integer beyond 2^53 has an offset (see `intOffset`).
+            if double == 0x1p63 { return .int((offset + 2048) + (Int64.max - 2047)) }
+            guard let base = Int64(exactly: double) else { return nil }
+            let (value, overflow) = base.addingReportingOverflow(offset)
+            return overflow ? nil : .int(value)
+        }
+        if double.rounded() == double {
+            // As canonical JSON writes it (`JSONValue.writeDouble`): an integer below 9.2e18.
+            return abs(double) < 9.2e18 ? .int(Int64(double)) : nil
+        }
+        return .double(double)
+    }
+
+    /// A string's escaped bytes up to its `01 01` terminator; the index after it.
+    private static func decodeString(_ b: [UInt8], _ start: Int) -> (String, Int)? {
+        var out: [UInt8] = []
+        var i = start
+        while i < b.count {
+            if b[i] == 0x01 {
+                guard i + 1 < b.count else { return nil }
+                switch b[i + 1] {
+                case 0x01: return (String(decoding: out, as: UTF8.self), i + 2)
+                case 0x02: out.append(0x00)
+                case 0x03: out.append(0x01)
+                default: return nil
+                }
+                i += 2
+            } else {
+                out.append(b[i])
                 i += 1
             }
         }

@@ -26,6 +26,16 @@ struct AccessPath: Sendable, Hashable {
     }
     private var orderValues: Int?
     private var orderDescending = false
+    /// Set when the index covers the query: rows are built from the index entries, no
+    /// document is read (see ``Planner/covering(_:index:)``).
+    var covering: Covering?
+
+    /// The top-level properties a covered query reads and the positions of the index
+    /// expressions that are exactly those properties, ascending by position.
+    struct Covering: Sendable, Hashable {
+        var keys: [String]
+        var positions: [Int]
+    }
 
     struct Range: Sendable, Hashable {
         var lower: String?
@@ -107,7 +117,31 @@ enum Planner {
             }
             if best == nil || score > best!.score { best = (path, score) }
         }
-        return best?.path ?? .scan
+        guard var path = best?.path, let index = path.index else { return .scan }
+        path.covering = covering(plan, index: index)
+        return path
+    }
+
+    /// Whether `index` covers `plan`: every property the query reads (in `SELECT`, `WHERE`,
+    /// `ORDER BY`, groups, …) is read through a top-level property that is one of the index's
+    /// expressions (`n` covers `n`, `n.x` and `n[0]`), and `meta()` is read for the document ID
+    /// only. Deleted documents have no entry, so the entries are exactly the live documents a
+    /// fetch would find; a query over deleted documents is a scan anyway. An entry whose
+    /// values cannot be read back exactly (``IndexKey/decodeStoredValues(_:count:positions:)``)
+    /// has its document read instead.
+    static func covering(_ plan: QueryPlan, index: UsableIndex) -> AccessPath.Covering? {
+        guard plan.joins.isEmpty, !plan.includesDeleted, let read = plan.readProperties else { return nil }
+        let otherMeta = plan.allExpressions.contains { e in
+            e.contains { if case .meta(let key, _) = $0 { return key != .id }; return false }
+        }
+        if otherMeta { return nil }
+        var pairs: [(position: Int, key: String)] = []
+        for key in read {
+            guard let position = index.expressions.firstIndex(of: .property([.key(key)], alias: nil)) else { return nil }
+            pairs.append((position, key))
+        }
+        pairs.sort { $0.position < $1.position }
+        return AccessPath.Covering(keys: pairs.map(\.key), positions: pairs.map(\.position))
     }
 
     /// The `AND`ed conditions of a condition.
@@ -229,8 +263,9 @@ enum Planner {
         if let order = path.order {
             line += "; ORDER BY FROM THE INDEX" + (order.descending ? " (read backwards)" : "")
         } else {
-            line += "; documents fetched in document-ID order"
+            line += path.covering == nil ? "; documents fetched in document-ID order" : "; in document-ID order"
         }
+        if path.covering != nil { line += "; COVERING INDEX (values read from the index, no document fetched)" }
         return line
     }
 }
@@ -259,16 +294,52 @@ enum IndexedScan {
             try transaction.forEachDocument(in: collection, after: after, includeDeleted: includeDeleted, emit)
             return
         }
+        // Entries in the order they are to be visited: each row from its key when the index
+        // covers the query (and the key's values read back exactly), else from its document,
+        // read by ID (skipped when no longer there). False: `visit` asked to stop.
+        let count = index.expressions.count
+        func fetched(_ document: QueriedDocument) throws -> Bool {
+            var expiration: Int64?
+            if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
+                expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
+            }
+            return try visit(QueryDocument(id: document.id, sequence: document.sequence, revisionID: document.revisionID,
+                                           isDeleted: false, expiration: expiration, properties: document.properties))
+        }
+        func visitEntries(_ entries: ArraySlice<(id: String, key: [UInt8])>) throws -> Bool {
+            guard let covering = path.covering else {
+                var stopped = false
+                try transaction.forEachQueriedDocument(ids: entries.lazy.map(\.id), in: collection,
+                                                       readingOnly: readProperties) { document in
+                    if try fetched(document) { return true }
+                    stopped = true
+                    return false
+                }
+                return !stopped
+            }
+            for entry in entries {
+                if let values = IndexKey.decodeStoredValues(entry.key, count: count, positions: covering.positions) {
+                    var properties: [String: JSONValue] = [:]
+                    for (name, value) in zip(covering.keys, values) where value != nil { properties[name] = value }
+                    let row = QueryDocument(id: entry.id, sequence: 0, revisionID: "", isDeleted: false,
+                                            expiration: nil, properties: properties)
+                    if !(try visit(row)) { return false }
+                } else if let document = try transaction.queriedDocument(id: entry.id, in: collection, readingOnly: readProperties),
+                          !(try fetched(document)) {
+                    return false
+                }
+            }
+            return true
+        }
+        let keepKeys = path.covering != nil
         if let order = path.order {
             precondition(after == nil, "a scan in an index's order cannot resume after a document ID")
-            var group: [String] = []
+            var group: [(id: String, key: [UInt8])] = []
             var groupKey: ArraySlice<UInt8>?
             var stopped = false
             func flush() throws {
-                group.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-                for id in group where !stopped {
-                    if let document = try transaction.document(id: id, in: collection), !(try emit(document)) { stopped = true }
-                }
+                if group.count > 1 { group.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) } }
+                if !stopped, !(try visitEntries(group[...])) { stopped = true }
                 group.removeAll(keepingCapacity: true)
             }
             let ranges = order.descending ? path.ranges.reversed() : path.ranges
@@ -282,51 +353,121 @@ enum IndexedScan {
                         if stopped { return false }
                     }
                     groupKey = prefix
-                    group.append(id)
+                    group.append((id, keepKeys ? bytes : []))
                     return true
                 }
             }
             if !stopped { try flush() }
             return
         }
-        var ids: [String] = []
+        var entries: [(id: String, key: [UInt8])] = []
         for range in path.ranges {
             try transaction.forEachIndexEntry(index: index.name, in: collection, range: range.keyRange,
-                                              descending: false) { _, id in
-                ids.append(id)
+                                              descending: false) { key, id in
+                entries.append((id, keepKeys ? Array(key.utf8) : []))
                 return true
             }
         }
-        if let after { ids.removeAll { !after.utf8.lexicographicallyPrecedes($0.utf8) } }
-        ids.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-        var previous: String?
-        for id in ids where id != previous {
-            previous = id
-            guard let document = try transaction.document(id: id, in: collection) else { continue }
-            if !(try emit(document)) { return }
+        if let after { entries.removeAll { !after.utf8.lexicographicallyPrecedes($0.id.utf8) } }
+        // One equal value (`=`) gives its entries in document-ID order already; others are sorted.
+        if !IndexedScan.idsAscending(entries) {
+            entries.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }
+            var unique: [(id: String, key: [UInt8])] = []
+            unique.reserveCapacity(entries.count)
+            for entry in entries where unique.last?.id != entry.id { unique.append(entry) }
+            entries = unique
         }
+        _ = try visitEntries(entries[...])
+    }
+
+    /// Whether the entries' IDs are strictly ascending in byte order.
+    static func idsAscending(_ entries: [(id: String, key: [UInt8])]) -> Bool {
+        var previous: String?
+        for entry in entries {
+            if let previous, !previous.utf8.lexicographicallyPrecedes(entry.id.utf8) { return false }
+            previous = entry.id
+        }
+        return true
     }
 }
 
 /// Plans a query inside its read transaction, from the index definitions of that snapshot.
 enum QueryAccess {
     /// The access path and whether a stale index was passed over (the caller rebuilds it).
+    /// With a `cache` (one per ``Query``), a run whose snapshot holds the same stored index
+    /// definitions (byte for byte) and whose parameters are the same as the last planned run's
+    /// reuses that plan: the plan depends on nothing else. The definitions are read in every
+    /// run, so an index created, replaced, dropped or made stale by any handle or process is
+    /// seen by the next run.
     static func path(_ plan: QueryPlan, parameters: [String: JSONValue], collection: Collection,
-                     transaction: DatabaseReadTransaction) throws -> (path: AccessPath, sawStale: Bool) {
+                     transaction: DatabaseReadTransaction, cache: PlanCache? = nil) throws -> (path: AccessPath, sawStale: Bool) {
+        let stored = try transaction.storedIndexDefinitions(of: collection)
+        if stored.isEmpty { return (.scan, false) }
+        if let hit = cache?.plan(stored: stored, parameters: parameters) { return hit }
+        let definitions = try transaction.indexDefinitions(from: stored)
         let indexer = QueryIndexer.installed
-        let definitions = try transaction.indexDefinitions(of: collection)
-        if definitions.isEmpty { return (.scan, false) }
         var usable: [UsableIndex] = []
         for definition in definitions where definition.kind == "value" && !definition.isStale {
             guard let nodes = try? definition.expressions.map({ text throws(PeerSyncError) in try indexer.compile(text) }) else { continue }
             usable.append(UsableIndex(name: definition.name, expressions: nodes))
         }
-        return (Planner.choose(plan, parameters: parameters, indexes: usable), definitions.contains(where: \.isStale))
+        let planned = (path: Planner.choose(plan, parameters: parameters, indexes: usable),
+                       sawStale: definitions.contains(where: \.isStale))
+        cache?.store(planned, stored: stored, parameters: parameters)
+        return planned
     }
 
     /// Rebuilds the collection's stale indexes (a process without the query package changed
     /// documents; see `IndexDefinition.isStale`).
     static func rebuildStaleIndexes(_ collection: Collection) async throws {
         try await collection.rebuildStaleIndexes(indexer: QueryIndexer.installed)
+    }
+}
+
+/// The last access path a ``Query`` planned and what it was planned from: the stored index
+/// definitions of that run's snapshot and the parameters (see ``QueryAccess/path``).
+/// Thread-safe: runs of one query on several reader threads share it.
+final class PlanCache: Sendable {
+    private struct Entry: Sendable {
+        var stored: [StoredIndexDefinition]
+        var parameters: [UInt8]
+        var path: AccessPath
+        var sawStale: Bool
+    }
+
+    private let last = LockedValue<Entry?>(nil)
+    /// How many plans were made (not reused), for tests.
+    let plansMade = LockedValue(0)
+
+    /// The stored plan when it was planned from exactly these definitions and parameters.
+    func plan(stored: [StoredIndexDefinition], parameters: [String: JSONValue]) -> (path: AccessPath, sawStale: Bool)? {
+        guard let key = PlanCache.key(parameters) else { return nil }
+        return last.withLock { entry in
+            guard let entry, entry.stored == stored, entry.parameters == key else { return nil }
+            return (entry.path, entry.sawStale)
+        }
+    }
+
+    func store(_ planned: (path: AccessPath, sawStale: Bool), stored: [StoredIndexDefinition], parameters: [String: JSONValue]) {
+        plansMade.withLock { $0 += 1 }
+        guard let key = PlanCache.key(parameters) else { return }
+        last.withLock { $0 = Entry(stored: stored, parameters: key, path: planned.path, sawStale: planned.sawStale) }
+    }
+
+    /// The parameters as their canonical JSON: equal bytes give equal index keys (strings by
+    /// their exact bytes — Swift's `==` would equate canonically equivalent strings, whose
+    /// keys differ). Nil (not cached) when a number is not finite: canonical JSON writes it
+    /// as `null`.
+    static func key(_ parameters: [String: JSONValue]) -> [UInt8]? {
+        func finite(_ v: JSONValue) -> Bool {
+            switch v {
+            case .double(let d): return d.isFinite
+            case .array(let items): return items.allSatisfy(finite)
+            case .object(let o): return o.values.allSatisfy(finite)
+            default: return true
+            }
+        }
+        guard parameters.values.allSatisfy(finite) else { return nil }
+        return JSONValue.object(parameters).canonicalData
     }
 }

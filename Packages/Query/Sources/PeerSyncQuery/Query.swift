@@ -22,11 +22,16 @@ public final class Query: Sendable, CustomStringConvertible {
     let live = LiveQueries()
     /// What its runs read (DocumentScan.swift).
     let scanStatistics = ScanStatistics()
+    /// The last plan, reused while the index definitions and parameters stay the same (Planner.swift).
+    let planCache = PlanCache()
+    /// What every run needs to know of the plan (AST.swift).
+    let facts: PlanFacts
 
     init(database: Database, collection: Collection?, plan: QueryPlan) {
         self.database = database
         self.collection = collection
         self.plan = plan
+        self.facts = PlanFacts(plan)
         _ = QueryIndexer.installed   // this process maintains value indexes from now on
     }
 
@@ -100,6 +105,8 @@ public final class Query: Sendable, CustomStringConvertible {
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
+        let planCache = self.planCache
+        let facts = self.facts
         var rebuilt = false
         while true {
             let scanIfStale = rebuilt
@@ -108,14 +115,15 @@ public final class Query: Sendable, CustomStringConvertible {
                 // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
                 // query with joins scans its FROM collection (the planner reads one source's WHERE).
                 let (path, sawStale) = plan.joins.isEmpty
-                    ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+                    ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction,
+                                           cache: planCache)
                     : (AccessPath.scan, false)
                 // A stale index (see `rebuildStaleIndexes`) is rebuilt before the query runs;
                 // if another process made it stale again since, this run scans instead.
                 if sawStale && !scanIfStale { return nil }
                 let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
-                                        statistics: statistics, path: path)
-                return try Executor(plan: plan, parameters: parameters).run(ordered: path.order != nil) { visit in
+                                        statistics: statistics, path: path, facts: facts)
+                return try Executor(plan: plan, parameters: parameters, facts: facts).run(ordered: path.order != nil) { visit in
                     try scan.run(transaction, visit)
                 }
             }
@@ -137,10 +145,12 @@ public final class Query: Sendable, CustomStringConvertible {
         let collection = try await resolveCollection()
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
+        let planCache = self.planCache
         func access() async throws -> (path: AccessPath, sawStale: Bool) {
             guard plan.joins.isEmpty else { return (.scan, false) }
             return try await database.inReadBatch { transaction in
-                try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction)
+                try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction,
+                                     cache: planCache)
             }
         }
         // As `execute()`: a stale index is rebuilt first, so the plan shown is the one it runs.

@@ -114,15 +114,17 @@ extension Query {
         let plan = self.plan
         let parameters = self.parameters?.dictionary ?? [:]
         let statistics = scanStatistics
+        let planCache = self.planCache
+        let facts = self.facts
         while true {
             let start = cursor
             let outcome: (rows: [[JSONValue?]], cursor: QueryPageCursor)? = try await database.inReadBatch { transaction in
                 if mustCheck { try Query.requireExists(collection, transaction) }
                 var cursor = start
-                let executor = Executor(plan: plan, parameters: parameters)
+                let executor = Executor(plan: plan, parameters: parameters, facts: facts)
                 let (limit, offset) = try executor.validate()
                 let (path, sawStale) = try QueryAccess.path(plan, parameters: parameters, collection: collection,
-                                                            transaction: transaction)
+                                                            transaction: transaction, cache: planCache)
                 if sawStale && !cursor.rebuiltStale { return nil }
                 var rows: [[JSONValue?]] = []
                 if let limit, cursor.returned >= limit {
@@ -131,8 +133,8 @@ extension Query {
                 }
                 var pageFull = false
                 try IndexedScan.run(path, collection: collection, transaction: transaction,
-                                    includeDeleted: plan.includesDeleted, readsExpiration: plan.readsExpiration,
-                                    readProperties: plan.readProperties, after: cursor.lastDocumentID) { document in
+                                    includeDeleted: facts.includesDeleted, readsExpiration: facts.readsExpiration,
+                                    readProperties: facts.readProperties, after: cursor.lastDocumentID) { document in
                     statistics.documentsRead.withLock { $0 += 1 }
                     cursor.lastDocumentID = document.id
                     let evaluator = executor.evaluator

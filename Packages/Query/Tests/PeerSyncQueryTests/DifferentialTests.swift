@@ -48,11 +48,14 @@ import Testing
         try #require(!backends.isEmpty, "no on-disk backend enabled")
         var generator = Generator(seed: DifferentialTests.seed)
         let documents = generator.documents(count: 150)
-        let queries = (0..<DifferentialTests.count).map { _ in generator.query() }
+        var queries = (0..<DifferentialTests.count).map { _ in generator.query() }
+        // Then queries an index of the indexed copy covers (answered from its entries).
+        queries += (0..<max(20, DifferentialTests.count / 5)).map { _ in generator.coveringQuery() }
 
         var answers: [[String]] = Array(repeating: [], count: queries.count)  // per query: the first backend's rows
         var checked = 0
         var indexedRuns = 0
+        var coveredRuns = 0
         var mismatches: [String] = []
         for backend in backends {
             try await withDatabase(backend) { db in
@@ -88,7 +91,9 @@ import Testing
                     let withIndexes = spec.build(indexed)
                     withIndexes.parameters = parameters
                     let oursIndexed = try await withIndexes.execute().map { Array($0.values) }
-                    if try await withIndexes.explain().contains("USING INDEX") { indexedRuns += 1 }
+                    let plan = try await withIndexes.explain()
+                    if plan.contains("USING INDEX") { indexedRuns += 1 }
+                    if plan.contains("COVERING INDEX") { coveredRuns += 1 }
                     let oursParsed = i % 10 == 0 ? try await parsed.execute().map { Array($0.values) } : ours
                     let oracleSQL = SQLiteOracle.compile(built.plan, parameters: spec.parameters)
                     let theirs: [[JSONValue?]]
@@ -135,12 +140,14 @@ import Testing
         }
         let nonEmpty = answers.filter { !$0.isEmpty }.count
         print("query differential: \(checked) query runs (\(queries.count) queries × \(backends.map(\.rawValue).joined(separator: ", "))), "
-              + "\(nonEmpty) with rows, \(indexedRuns) runs used a value index, \(mismatches.count) mismatches, "
+              + "\(nonEmpty) with rows, \(indexedRuns) runs used a value index (\(coveredRuns) covering), \(mismatches.count) mismatches, "
               + "SQLite \(SQLiteJSONDocuments.version)")
         #expect(mismatches.isEmpty, "\(mismatches.joined(separator: "\n\n"))")
         #expect(checked == queries.count * backends.count)
         // The indexed copy is worth something only if many queries use an index.
         #expect(indexedRuns * 10 > checked)
+        // And the covering path is exercised: over a tenth of the runs of the covering queries.
+        #expect(coveredRuns * 10 > (queries.count - DifferentialTests.count) * backends.count)
         // The generator is worth something only if most queries return rows.
         #expect(nonEmpty * 2 > queries.count)
     }
@@ -306,6 +313,9 @@ struct Generator {
     static let anyPaths = ["t", "a", "o", "o.p", "o.q"]
 
     var parameters: [String: JSONValue] = [:]
+    /// When set (``coveringQuery()``), the only properties expressions read, and `meta()` is
+    /// read for the ID only: queries an index on these properties covers.
+    var onlyPaths: [String]?
 
     mutating func literal() -> Expression {
         let v = scalar()
@@ -321,8 +331,8 @@ struct Generator {
     mutating func value(_ depth: Int) -> Expression {
         let r = depth <= 0 ? int(0...3) : int(0...11)
         switch r {
-        case 0, 1, 2: return .property(pick(Generator.scalarPaths))
-        case 3: return chance(0.5) ? literal() : (chance(0.5) ? Meta.id : Meta.sequence)
+        case 0, 1, 2: return .property(pick(onlyPaths ?? Generator.scalarPaths))
+        case 3: return chance(0.5) ? literal() : (chance(0.5) || onlyPaths != nil ? Meta.id : Meta.sequence)
         case 4: return value(depth - 1).add(value(depth - 1))
         case 5: return value(depth - 1).subtract(literal())
         case 6: return value(depth - 1).multiply(.int(int(-3...3)))
@@ -332,7 +342,7 @@ struct Generator {
         case 8:
             let e = value(depth - 1)
             return chance(0.5) ? Function.abs(e) : Function.round(e)
-        case 9: return ArrayFunction.length(.property(pick(Generator.anyPaths + ["s"])))
+        case 9: return ArrayFunction.length(.property(pick(onlyPaths ?? Generator.anyPaths + ["s"])))
         case 10: return value(depth - 1).concat(chance(0.5) ? .string(pick(Generator.words)) : value(depth - 1))
         default: return Expression.negated(value(depth - 1))
         }
@@ -350,18 +360,18 @@ struct Generator {
         case 2:
             // Arrays and objects against scalars: their type rank decides.
             let ops: [(Expression) -> (Expression) -> Expression] = [Expression.equalTo, Expression.lessThan, Expression.greaterThan]
-            return pick(ops)(.property(pick(Generator.anyPaths)))(literal())
+            return pick(ops)(.property(pick(onlyPaths ?? Generator.anyPaths)))(literal())
         case 3:
             let pattern = pick(["a%", "%a%", "A%", "_a%", "%o", "日%", "%🙂%", "b\\_c", "100\\%", "%", "", "_", "%e_"])
-            return Expression.property(pick(["s", "x", "a.c", "名"])).like(.string(pattern))
+            return Expression.property(pick(onlyPaths ?? ["s", "x", "a.c", "名"])).like(.string(pattern))
         case 4: return value(1).in((0..<int(1...4)).map { _ in literal() })
         case 5:
             let low = int(-5...10)
             return value(0).between(.int(low), and: chance(0.5) ? .int(low + int(0...10)) : .string(pick(Generator.words)))
         case 6:
-            let e: Expression = chance(0.8) ? .property(pick(Generator.scalarPaths + Generator.anyPaths)) : value(1)
+            let e: Expression = chance(0.8) ? .property(pick(onlyPaths ?? Generator.scalarPaths + Generator.anyPaths)) : value(1)
             return pick([e.isValued(), e.isNotValued(), Expression(.test(e.node, .null)), Expression(.test(e.node, .notMissing))])
-        case 7: return ArrayFunction.contains(.property(pick(["t", "s", "o.p"])), value: chance(0.5) ? .int(int(0...6)) : literal())
+        case 7: return ArrayFunction.contains(.property(pick(onlyPaths ?? ["t", "s", "o.p"])), value: chance(0.5) ? .int(int(0...6)) : literal())
         case 8: return chance(0.5) ? value(0).is(chance(0.5) ? literal() : value(0)) : value(0).isNot(.missing)
         case 9: return Expression.not(condition(depth - 1))
         case 10: return condition(depth - 1).and(condition(depth - 1))
@@ -430,6 +440,51 @@ struct Generator {
                 // Every group key is an ORDER BY key (a total order); without keys there is one row.
                 if chance(0.5) { spec.limit = int(0...5); if chance(0.5) { spec.offset = int(0...2) } }
             }
+        }
+        spec.parameters = parameters
+        return spec
+    }
+
+    /// A query that reads only the properties of one of the indexed copy's indexes on
+    /// top-level properties (and `meta().id`), so that index covers it when the planner picks
+    /// it: the rows then come from the index entries, no document read. Its conditions restrict
+    /// the index's leading property more often than ``query()``'s do.
+    mutating func coveringQuery() -> Spec {
+        parameters = [:]
+        let paths = pick([["n"], ["k", "n"], ["s"], ["x"], ["b", "n"]])
+        onlyPaths = paths
+        defer { onlyPaths = nil }
+        var spec = Spec()
+        for _ in 0..<int(1...3) {
+            switch int(0...3) {
+            case 0: spec.columns.append(.expression(Meta.id))
+            case 1: spec.columns.append(.property(pick(paths)))
+            default: spec.columns.append(.expression(value(1)))
+            }
+        }
+        let lead = Expression.property(paths[0])
+        var conditions: [Expression] = []
+        switch int(0...5) {
+        case 0: conditions.append(lead.equalTo(literal()))
+        case 1: conditions.append(pick([lead.greaterThanOrEqualTo, lead.lessThan, lead.greaterThan])(.int(int(-5...20))))
+        case 2: conditions.append(lead.between(.int(int(-5...5)), and: .int(int(5...20))))
+        case 3: conditions.append(lead.in((0..<int(1...3)).map { _ in literal() }))
+        case 4: conditions.append(lead.like(.string(pick(["a%", "b%", "日%", "ze%"]))))
+        default: break
+        }
+        if paths.count > 1, chance(0.5) {
+            conditions.append(pick([Expression.property(paths[1]).greaterThan, Expression.property(paths[1]).lessThanOrEqualTo])(literal()))
+        }
+        if chance(0.4) { conditions.append(condition(1)) }
+        spec.whereClause = conditions.reduce(nil) { partial, c in partial.map { $0.and(c) } ?? c }
+        if chance(0.6) {
+            let descending = chance(0.4)
+            spec.orderBy = paths.map { descending ? Ordering.property($0).descending() : .property($0) }
+            spec.orderBy.append(.expression(Meta.id))
+            if chance(0.7) { spec.limit = int(0...20); if chance(0.4) { spec.offset = int(0...10) } }
+        } else if chance(0.2) {
+            spec.distinct = true
+            spec.columns = paths.map { .property($0) }
         }
         spec.parameters = parameters
         return spec

@@ -1,0 +1,107 @@
+import PeerSyncCore
+import PeerSyncStorage
+
+/// What a query reads of a document it fetched by ID: the current revision's metadata and the
+/// properties it asked for, without a ``Document`` around them.
+@_spi(Indexing)
+public struct QueriedDocument: Sendable {
+    /// The document ID.
+    public var id: String
+    /// The sequence of its current revision.
+    public var sequence: UInt64
+    /// The current revision ID.
+    public var revisionID: String
+    /// The top-level properties asked for (see
+    /// ``DatabaseReadTransaction/queriedDocument(id:in:readingOnly:)``).
+    public var properties: [String: JSONValue]
+}
+
+/// One stored index definition as the storage holds it: its name and its stored bytes.
+@_spi(Indexing)
+public struct StoredIndexDefinition: Sendable, Hashable {
+    /// The index name.
+    public let name: String
+    /// The stored body (JSON: kind, expressions, stale flag), not parsed.
+    public let bytes: [UInt8]
+}
+
+extension DatabaseReadTransaction {
+    /// The index definitions of `collection` in this snapshot as stored, sorted by name, not
+    /// parsed: equal lists mean equal definitions, so a reader that planned from one list can
+    /// tell whether its plan still holds without parsing them again
+    /// (``indexDefinitions(of:)`` parses them, ``indexDefinitions(from:)`` parses these).
+    /// Errors: `.notFound` for a missing collection, `.closed` after the batch ended.
+    @_spi(Indexing)
+    public func storedIndexDefinitions(of collection: Collection) throws -> [StoredIndexDefinition] {
+        let engine = try engine(collection)
+        var out: [StoredIndexDefinition] = []
+        try reader.enumerate(in: engine.spec.indexDefinitionsKeyspace) { record in
+            out.append(StoredIndexDefinition(name: record.key, bytes: record.body))
+            return true
+        }
+        return out
+    }
+
+    /// The definitions ``storedIndexDefinitions(of:)`` returned, parsed (as
+    /// ``indexDefinitions(of:)`` returns them). Errors: `.corrupt` for a damaged definition.
+    @_spi(Indexing)
+    public func indexDefinitions(from stored: [StoredIndexDefinition]) throws -> [IndexDefinition] {
+        try stored.map { definition throws(PeerSyncError) in
+            try IndexDefinition(name: definition.name, record: Record(key: definition.name, body: definition.bytes))
+        }
+    }
+
+    /// The current revision of document `id` of `collection` as a query reads it, or nil when
+    /// there is none or it is deleted (as ``document(id:in:)``): with `keys`, only those
+    /// top-level properties are parsed (``JSONValue/objectProperties(parsing:keys:)``; other
+    /// keys may or may not be there), without, all of them. A stored body that does not parse
+    /// reads as no properties (logged), as ``Document/properties`` does.
+    ///
+    /// Cheaper than ``document(id:in:)`` for a query reading documents through an index: no
+    /// ``Document`` (and its lazily parsed body) is built, and `id` is not validated again —
+    /// pass only IDs read from the collection's index entries or documents.
+    ///
+    /// Errors: `.notFound` for a missing collection, `.corrupt` for a stored body that is not a
+    /// JSON object, `.closed` after the batch ended; storage errors.
+    @_spi(Indexing)
+    public func queriedDocument(id: String, in collection: Collection, readingOnly keys: Set<String>?) throws -> QueriedDocument? {
+        let engine = try engine(collection)
+        guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { return nil }
+        return try QueriedDocument(record, engine, readingOnly: keys)
+    }
+
+    /// ``queriedDocument(id:in:readingOnly:)`` for each of `ids` in turn, calling `body` with
+    /// those there are (not deleted) until it returns false: the collection is looked up once.
+    @_spi(Indexing)
+    public func forEachQueriedDocument(ids: some Sequence<String>, in collection: Collection, readingOnly keys: Set<String>?,
+                                       _ body: (QueriedDocument) throws -> Bool) throws {
+        let engine = try engine(collection)
+        for id in ids {
+            guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { continue }
+            if !(try body(try QueriedDocument(record, engine, readingOnly: keys))) { return }
+        }
+    }
+}
+
+extension QueriedDocument {
+    init(_ record: Record, _ engine: DocumentEngine, readingOnly keys: Set<String>?) throws {
+        guard StoredBody.looksLikeObject(record.body) else {
+            throw PeerSyncError(.corrupt, "stored document body is not a JSON object", context: ["docID": record.key]).with(engine.spec)
+        }
+        self.init(id: record.key, sequence: record.sequence, revisionID: String(decoding: record.version, as: UTF8.self),
+                  properties: StoredBody.properties(of: record.body, readingOnly: keys, docID: record.key, collection: engine.spec))
+    }
+}
+
+extension StoredBody {
+    /// The properties of stored bytes read once, without keeping them: those named in `keys`
+    /// (all when nil), as ``properties(readingOnly:)`` and ``properties`` read them.
+    static func properties(of data: [UInt8], readingOnly keys: Set<String>?, docID: String,
+                           collection: CollectionSpec) -> [String: JSONValue] {
+        if data.isEmpty { return [:] }
+        if let keys, let object = try? JSONValue.objectProperties(parsing: data, keys: keys) { return object }
+        if let object = (try? JSONValue(parsing: data))?.objectValue { return object }
+        Database.log.error("document \(docID) of \(collection.fullName): the stored body is not a JSON object; it reads as empty")
+        return [:]
+    }
+}
