@@ -141,7 +141,10 @@ public final class InProcessMeshLinks: MeshLinkTransport {
             }
             if case .terminated = continuation.yield(link) { await link.close(code: .goingAway, reason: "stopped") }
         } catch {
-            // Rejected, timed out or broken: the link never reaches the mesh.
+            // Rejected, timed out or broken: the link never reaches the mesh. A timeout
+            // stretches this run's handshakes as a dial's does (the accepting side waits one
+            // message longer than the dialling one).
+            if (error as? PeerSyncError)?.code == .timeout { context.stretch.timedOut() }
         }
     }
 

@@ -28,7 +28,22 @@ public struct MeshLinkContext: Sendable {
     public var authenticate: @Sendable ([Certificate]) -> Bool
     /// Time a dial or an accepted link may take from the first byte to an authenticated,
     /// ready connection; a peer that stalls longer is dropped. Default 10 s.
-    public var handshakeTimeout: Duration
+    ///
+    /// Read it at **each** handshake: while a mesh runs, the value it returns is the configured
+    /// one (what was set) times a factor the mesh raises after a handshake timed out — ×2 per
+    /// timeout, up to ×8 — and lowers again after a dial that took under half the configured
+    /// time. A loaded device (every handshake slow) thus still forms links instead of timing
+    /// out forever. Copies of one run's context share the factor. (The Wi-Fi and Bluetooth
+    /// link transports configure their listeners when they start: their accepting side keeps
+    /// the value of that moment; their dials and the in-process links follow the factor.)
+    public var handshakeTimeout: Duration {
+        get { configuredHandshakeTimeout * stretch.factor }
+        set { configuredHandshakeTimeout = newValue }
+    }
+    /// The handshake timeout as configured, before ``stretch``.
+    package var configuredHandshakeTimeout: Duration
+    /// The factor ``handshakeTimeout`` is stretched by; the mesh run owns and moves it.
+    package var stretch = HandshakeStretch()
 
     /// The mesh identity (client and server key usage), the check of a peer's certificate chain
     /// (true: trusted) and how long a link's TLS and replication handshake may take.
@@ -36,7 +51,7 @@ public struct MeshLinkContext: Sendable {
                 handshakeTimeout: Duration = .seconds(10)) {
         self.identity = identity
         self.authenticate = authenticate
-        self.handshakeTimeout = handshakeTimeout
+        self.configuredHandshakeTimeout = handshakeTimeout
     }
 
     /// Mutual TLS for accepting links: presents ``identity``, requires a client certificate
@@ -54,6 +69,29 @@ public struct MeshLinkContext: Sendable {
         tls.serverCertificateCallback = authenticate
         tls.handshakeTimeout = handshakeTimeout
         return tls
+    }
+}
+
+/// How many times the configured handshake timeout a mesh run currently allows (1, 2, 4 or 8):
+/// doubled when a handshake timed out, halved when a dial took under half the configured time.
+/// Thread-safe; shared by reference between a run and the contexts it hands out.
+package final class HandshakeStretch: Sendable {
+    /// The largest factor: a handshake never gets more than 8 × the configured timeout.
+    package static let maximum = 8
+    private let value = LockedValue(1)
+
+    package init() {}
+
+    /// The current factor.
+    package var factor: Int { value.withLock { $0 } }
+
+    /// A handshake timed out: allow twice as long, up to ``maximum``.
+    package func timedOut() { value.withLock { $0 = min($0 * 2, Self.maximum) } }
+
+    /// A dial succeeded after `elapsed`; one under half of `configured` halves the factor.
+    package func succeeded(after elapsed: Duration, configured: Duration) {
+        guard elapsed < configured / 2 else { return }
+        value.withLock { $0 = max(1, $0 / 2) }
     }
 }
 

@@ -96,7 +96,7 @@ extension MeshRun {
             }
             let since = s.upgradeWantedSince[peerID] ?? now
             s.upgradeWantedSince[peerID] = since
-            guard MeshTopology.dialler(me, peerID) == me || now - since >= config.handshakeTimeout else { continue }
+            guard MeshTopology.dialler(me, peerID) == me || now - since >= handshakeTimeout else { continue }
             s.dialing.insert(peerID)
             s.upgradeWantedSince[peerID] = nil
             dials.append((peerID, sighting.peer, sighting.network))

@@ -125,11 +125,21 @@ final class MeshRun: Sendable {
         state = LockedValue(initial)
     }
 
+    /// Stretches the handshake timeout of every link this run dials or accepts (and of the
+    /// run's own waits measured in handshakes) while handshakes time out: see
+    /// ``MeshLinkContext/handshakeTimeout``.
+    let handshakeStretch = HandshakeStretch()
+
     var context: MeshLinkContext {
         let authenticator = config.authenticator
-        return MeshLinkContext(identity: config.identity, authenticate: { authenticator.authenticate($0) },
-                               handshakeTimeout: config.handshakeTimeout)
+        var context = MeshLinkContext(identity: config.identity, authenticate: { authenticator.authenticate($0) },
+                                      handshakeTimeout: config.handshakeTimeout)
+        context.stretch = handshakeStretch
+        return context
     }
+
+    /// The configured handshake timeout, stretched by ``handshakeStretch``.
+    var handshakeTimeout: Duration { config.handshakeTimeout * handshakeStretch.factor }
 
     // MARK: - Start and stop
 
@@ -341,7 +351,7 @@ final class MeshRun: Sendable {
             await connection.close(code: .policyViolation, reason: "no usable peer certificate")
             return
         }
-        let deadline = clock.now + config.handshakeTimeout
+        let deadline = clock.now + handshakeTimeout
         while true {
             let (known, stopped) = state.withLock { s in (s.peers[peerID]?.sightings.isEmpty == false, s.stopped) }
             if stopped { break }
@@ -359,8 +369,10 @@ final class MeshRun: Sendable {
     /// Dials `peer` and adopts the link if it proves to be `peerID`. An `upgrade` moves an
     /// existing link to a preferred transport: its failure counts against that transport only.
     private func dial(_ peerID: PeerID, _ peer: DiscoveredPeer, network: Int, upgrade: Bool = false) async {
+        let started = clock.now
         do {
             let connection = try await networks[network].links.dial(peer)
+            handshakeStretch.succeeded(after: clock.now - started, configured: config.handshakeTimeout)
             guard let der = connection.peerCertificateChain.first, let certificate = try? Certificate(derBytes: der),
                   (try? PeerID(digest: certificate.sha256Digest)) == peerID else {
                 await connection.close(code: .policyViolation, reason: "the certificate is not the discovered peer's")
@@ -372,6 +384,7 @@ final class MeshRun: Sendable {
             state.withLock { s in
                 s.dialing.remove(peerID)
                 let e = (error as? PeerSyncError) ?? PeerSyncError(.io, "\(error)")
+                if e.code == .timeout { handshakeStretch.timedOut() }
                 recordTransportFailure(networks[network].links.transport, of: peerID, &s)
                 if !upgrade || Self.isAuthenticationFailure(e) {
                     recordFailure(of: peerID, &s, authentication: Self.isAuthenticationFailure(e))
@@ -671,7 +684,7 @@ final class MeshRun: Sendable {
                 s.wantedSince[peerID] = since
                 // The designated side dials; the other one too once it waited a handshake
                 // timeout in vain (their views of the group differ).
-                if MeshTopology.dialler(me, peerID) == me || now - since >= config.handshakeTimeout { startDial(peerID) }
+                if MeshTopology.dialler(me, peerID) == me || now - since >= handshakeTimeout { startDial(peerID) }
             }
             // Bridging: a part of the group our links do not reach, for a handshake timeout.
             let graph = topology.graph
@@ -683,7 +696,7 @@ final class MeshRun: Sendable {
             } else {
                 let since = s.disconnectedSince ?? now
                 s.disconnectedSince = since
-                if now - since >= config.handshakeTimeout {
+                if now - since >= handshakeTimeout {
                     let mine = reached.intersection(viewSet)
                     var unreached = viewSet.subtracting(reached)
                     while let start = unreached.min() {
@@ -729,7 +742,7 @@ final class MeshRun: Sendable {
             if prune == nil, s.links.count > config.targetDegree {
                 for (peerID, link) in s.links.sorted(by: { $0.key < $1.key })
                 where !desired.contains(peerID) && !s.bridges.contains(peerID) && !link.closing
-                    && now - link.since >= config.handshakeTimeout {
+                    && now - link.since >= handshakeTimeout {
                     var lists = graph.adjacency
                     lists[me]?.remove(peerID)
                     lists[peerID]?.remove(me)

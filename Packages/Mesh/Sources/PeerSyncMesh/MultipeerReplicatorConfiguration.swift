@@ -62,7 +62,10 @@ public struct MultipeerReplicatorConfiguration: Sendable {
     /// connection (``MeshLinkContext/handshakeTimeout``), and how long an incoming link from a
     /// peer that discovery has not shown yet is held before it is refused. Default **10 s**: a
     /// TLS handshake on a slow radio link takes a few seconds, and a peer that stalls longer
-    /// is dropped instead of wedging the mesh (Couchbase Lite's CBL-8380). Positive.
+    /// is dropped instead of wedging the mesh (Couchbase Lite's CBL-8380). Positive. A running
+    /// replicator doubles it after each handshake that timed out (up to ×8) and halves it again
+    /// after quick dials, so a loaded device still forms links; ``MeshLinkContext/handshakeTimeout``
+    /// has the rule.
     public var handshakeTimeout: Duration = .seconds(10)
 
     /// - Throws: `PeerSyncError.Code.invalidArgument` for an invalid group ID, an identity

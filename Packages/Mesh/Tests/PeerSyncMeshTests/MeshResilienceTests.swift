@@ -2,6 +2,7 @@ import Foundation
 import PeerSyncCore
 import PeerSyncDatabase
 import PeerSyncDiscovery
+import PeerSyncLoopback
 import PeerSyncMesh
 import PeerSyncReplicator
 import PeerSyncTransport
@@ -133,6 +134,30 @@ import Testing
             let pulledAgain = received.all.filter { !$0.isPush }.flatMap(\.documents).filter { $0.id.hasPrefix("d") }
             #expect(pulledAgain.isEmpty, "documents it had were pulled again: \(pulledAgain.map(\.id))")
         }
+    }
+
+    /// Handshakes slower than the configured timeout — a loaded device. Every message takes
+    /// 0.3 s on the way and the timeout is 0.4 s: a dial needs 0.6 s, an accept 0.9 s, so with a
+    /// fixed timeout no link ever forms (this test failed so before the stretch). Each timeout
+    /// doubles the run's handshake timeout (`MeshLinkContext.handshakeTimeout`, up to ×8): the
+    /// peers link and sync.
+    @Test func handshakesSlowerThanTheTimeoutStillFormALink() async throws {
+        let network = try InProcessMeshNetwork(links: LinkConditions(latency: .milliseconds(300)))
+        var tuning = MeshTuning()
+        tuning.handshakeTimeout = .milliseconds(400)
+        let a = try await MeshPeer("sa", network: network, tuning: tuning)
+        let b = try await MeshPeer("sb", network: network, tuning: tuning)
+        let mesh = TestMesh(wrapping: [a, b], network: network)
+        do {
+            try await mesh.startAll()
+            try await a.save("from-a", ["by": "a"])
+            try await b.save("from-b", ["by": "b"])
+            try await mesh.expectConvergence(expecting: 2, within: .seconds(60), "slow handshakes never formed a link")
+        } catch {
+            await mesh.close()
+            throw error
+        }
+        await mesh.close()
     }
 
     @Test func closingTheDatabaseStopsTheReplicator() async throws {
