@@ -59,12 +59,18 @@ struct DocumentEngine {
         return object
     }
 
-    /// The document of a record, its body left unparsed (see ``StoredBody``). Throws
-    /// `.corrupt` when the stored body does not even look like a JSON object.
-    func makeDocument(_ record: Record) throws(PeerSyncError) -> Document {
+    /// Throws `.corrupt` when `record`'s stored body does not even look like a JSON object
+    /// (``StoredBody/looksLikeObject(_:)``): the check made instead of a parse on every read.
+    func checkStoredBody(_ record: Record) throws(PeerSyncError) {
         guard StoredBody.looksLikeObject(record.body) else {
             throw PeerSyncError(.corrupt, "stored document body is not a JSON object", context: ["docID": record.key]).with(spec)
         }
+    }
+
+    /// The document of a record, its body left unparsed (see ``StoredBody``). Throws
+    /// `.corrupt` when the stored body does not even look like a JSON object.
+    func makeDocument(_ record: Record) throws(PeerSyncError) -> Document {
+        try checkStoredBody(record)
         return Document(id: record.key, revisionID: String(decoding: record.version, as: UTF8.self),
                         sequence: record.sequence, isDeleted: record.flags.contains(.deleted),
                         collectionName: spec.name, scopeName: spec.scope,

@@ -65,9 +65,7 @@ extension DatabaseReadTransaction {
     /// JSON object, `.closed` after the batch ended; storage errors.
     @_spi(Indexing)
     public func queriedDocument(id: String, in collection: Collection, readingOnly keys: Set<String>?) throws -> QueriedDocument? {
-        let engine = try engine(collection)
-        guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { return nil }
-        return try QueriedDocument(record, engine, readingOnly: keys)
+        try queriedDocument(id, try engine(collection), readingOnly: keys)
     }
 
     /// ``queriedDocument(id:in:readingOnly:)`` for each of `ids` in turn, calling `body` with
@@ -77,31 +75,22 @@ extension DatabaseReadTransaction {
                                        _ body: (QueriedDocument) throws -> Bool) throws {
         let engine = try engine(collection)
         for id in ids {
-            guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { continue }
-            if !(try body(try QueriedDocument(record, engine, readingOnly: keys))) { return }
+            guard let document = try queriedDocument(id, engine, readingOnly: keys) else { continue }
+            if !(try body(document)) { return }
         }
+    }
+
+    private func queriedDocument(_ id: String, _ engine: DocumentEngine, readingOnly keys: Set<String>?) throws -> QueriedDocument? {
+        guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { return nil }
+        return try QueriedDocument(record, engine, readingOnly: keys)
     }
 }
 
 extension QueriedDocument {
     init(_ record: Record, _ engine: DocumentEngine, readingOnly keys: Set<String>?) throws {
-        guard StoredBody.looksLikeObject(record.body) else {
-            throw PeerSyncError(.corrupt, "stored document body is not a JSON object", context: ["docID": record.key]).with(engine.spec)
-        }
+        try engine.checkStoredBody(record)
         self.init(id: record.key, sequence: record.sequence, revisionID: String(decoding: record.version, as: UTF8.self),
-                  properties: StoredBody.properties(of: record.body, readingOnly: keys, docID: record.key, collection: engine.spec))
-    }
-}
-
-extension StoredBody {
-    /// The properties of stored bytes read once, without keeping them: those named in `keys`
-    /// (all when nil), as ``properties(readingOnly:)`` and ``properties`` read them.
-    static func properties(of data: [UInt8], readingOnly keys: Set<String>?, docID: String,
-                           collection: CollectionSpec) -> [String: JSONValue] {
-        if data.isEmpty { return [:] }
-        if let keys, let object = try? JSONValue.objectProperties(parsing: data, keys: keys) { return object }
-        if let object = (try? JSONValue(parsing: data))?.objectValue { return object }
-        Database.log.error("document \(docID) of \(collection.fullName): the stored body is not a JSON object; it reads as empty")
-        return [:]
+                  properties: StoredBody.properties(of: record.body, readingOnly: keys, docID: record.key,
+                                                    collection: engine.spec.fullName))
     }
 }

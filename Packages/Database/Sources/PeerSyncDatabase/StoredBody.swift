@@ -41,14 +41,20 @@ final class StoredBody: Sendable {
     /// properties, logged as an error when parsed.
     var properties: [String: JSONValue] {
         if let parsed = parsed.load() { return parsed.value }
-        let properties: [String: JSONValue]
-        if let object = (try? JSONValue(parsing: data))?.objectValue {
-            properties = object
-        } else {
-            Database.log.error("document \(docID) of \(collection): the stored body is not a JSON object; it reads as empty")
-            properties = [:]
-        }
+        let properties = Self.properties(of: data, readingOnly: nil, docID: docID, collection: collection)
         return parsed.storeIfNil(ParsedProperties(properties)).value
+    }
+
+    /// The properties of stored bytes read once, without keeping them: those named in `keys`
+    /// (others may or may not be there; all when nil). Bytes that do not parse as a JSON object
+    /// read as empty, logged as an error (`collection`: its full name, for the log line).
+    static func properties(of data: [UInt8], readingOnly keys: Set<String>?, docID: String,
+                           collection: String) -> [String: JSONValue] {
+        if data.isEmpty { return [:] }
+        if let keys, let object = try? JSONValue.objectProperties(parsing: data, keys: keys) { return object }
+        if let object = (try? JSONValue(parsing: data))?.objectValue { return object }
+        Database.log.error("document \(docID) of \(collection): the stored body is not a JSON object; it reads as empty")
+        return [:]
     }
 
     /// The properties named in `keys` only (``JSONValue/objectProperties(parsing:keys:)``),
