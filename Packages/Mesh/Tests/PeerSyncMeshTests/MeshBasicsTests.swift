@@ -39,12 +39,30 @@ import Testing
         }
     }
 
+    /// The convergence wait of these tests waits while replication makes progress; it must still
+    /// fail when nothing moves (here: a peer cut off for good), or no test could catch a stall.
+    @Test func theConvergenceWaitFailsWhenNothingMoves() async throws {
+        try await withMesh(2) { mesh in
+            let (a, b) = (mesh.peers[0], mesh.peers[1])
+            mesh.network.partition([[a.name], [b.name]])
+            try await mesh.startAll()
+            try await a.save("one", ["n": 1])
+            let clock = ContinuousClock(), start = clock.now
+            #expect(try await mesh.awaitConvergence(expecting: 1, stallLimit: .seconds(2)) == false)
+            // Gives up after the stall limit (the one document written before the wait never
+            // reaches b), not at the overall cap of four stall limits.
+            #expect(clock.now - start < slow(.seconds(8)))
+            mesh.network.heal()
+            #expect(try await mesh.awaitConvergence(expecting: 1, stallLimit: .seconds(20)))
+        }
+    }
+
     @Test func restartAfterStopSyncsAgain() async throws {
         try await withMesh(2) { mesh in
             let (a, b) = (mesh.peers[0], mesh.peers[1])
             try await mesh.startAll()
             try await a.save("one", ["n": 1])
-            #expect(try await eventually(.seconds(20)) { try await mesh.converged(expecting: 1) })
+            #expect(try await mesh.awaitConvergence(expecting: 1, stallLimit: .seconds(20)))
             await a.replicator.stop()
             #expect(a.replicator.status.active == false)
             #expect(a.replicator.neighborPeers.isEmpty)
@@ -110,7 +128,7 @@ import Testing
             }
             try await mesh.startAll()
             try await b.save("doc", ["v": 1])
-            #expect(try await eventually(.seconds(20)) { try await mesh.converged(expecting: 1) })
+            #expect(try await mesh.awaitConvergence(expecting: 1, stallLimit: .seconds(20)))
             #expect(try await eventually(.seconds(5)) {
                 documents.all.contains { !$0.isPush && $0.peerID == b.replicator.peerID }
                     && documents.all.contains { $0.isPush && $0.peerID == a.replicator.peerID }
