@@ -83,7 +83,13 @@ struct DocumentEngine {
     /// documents in the same transaction), so the collection is only looked up on a miss, to
     /// tell "no such document" from "no such collection": one storage read per hit.
     func documentRecord(_ id: String, _ reader: any StorageReader) throws -> Record? {
-        guard let record = try reader.get(id, in: spec.documentsKeyspace) else {
+        try documentRecord(id, in: spec.documentsKeyspace, reader)
+    }
+
+    /// ``documentRecord(_:_:)`` with the documents keyspace's name given (`spec.documentsKeyspace`,
+    /// a string built on every use): a caller reading many documents builds it once.
+    func documentRecord(_ id: String, in documentsKeyspace: String, _ reader: any StorageReader) throws -> Record? {
+        guard let record = try reader.get(id, in: documentsKeyspace) else {
             try requireCollection(reader)
             return nil
         }

@@ -65,23 +65,30 @@ extension DatabaseReadTransaction {
     /// JSON object, `.closed` after the batch ended; storage errors.
     @_spi(Indexing)
     public func queriedDocument(id: String, in collection: Collection, readingOnly keys: Set<String>?) throws -> QueriedDocument? {
-        try queriedDocument(id, try engine(collection), readingOnly: keys)
+        let engine = try engine(collection)
+        return try queriedDocument(id, engine, engine.spec.documentsKeyspace, readingOnly: keys)
     }
 
     /// ``queriedDocument(id:in:readingOnly:)`` for each of `ids` in turn, calling `body` with
     /// those there are (not deleted) until it returns false: the collection is looked up once.
+    /// (An array, not any sequence: this module's generic code called from another module is
+    /// not specialized, and a lazy sequence's metadata was looked up for every document.)
     @_spi(Indexing)
-    public func forEachQueriedDocument(ids: some Sequence<String>, in collection: Collection, readingOnly keys: Set<String>?,
+    public func forEachQueriedDocument(ids: [String], in collection: Collection, readingOnly keys: Set<String>?,
                                        _ body: (QueriedDocument) throws -> Bool) throws {
         let engine = try engine(collection)
+        let keyspace = engine.spec.documentsKeyspace
         for id in ids {
-            guard let document = try queriedDocument(id, engine, readingOnly: keys) else { continue }
+            guard let document = try queriedDocument(id, engine, keyspace, readingOnly: keys) else { continue }
             if !(try body(document)) { return }
         }
     }
 
-    private func queriedDocument(_ id: String, _ engine: DocumentEngine, readingOnly keys: Set<String>?) throws -> QueriedDocument? {
-        guard let record = try engine.documentRecord(id, reader), !record.flags.contains(.deleted) else { return nil }
+    private func queriedDocument(_ id: String, _ engine: DocumentEngine, _ keyspace: String,
+                                 readingOnly keys: Set<String>?) throws -> QueriedDocument? {
+        guard let record = try engine.documentRecord(id, in: keyspace, reader), !record.flags.contains(.deleted) else {
+            return nil
+        }
         return try QueriedDocument(record, engine, readingOnly: keys)
     }
 }

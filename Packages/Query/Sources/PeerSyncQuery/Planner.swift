@@ -309,7 +309,7 @@ enum IndexedScan {
         func visitEntries(_ entries: ArraySlice<(id: String, key: [UInt8])>) throws -> Bool {
             guard let covering = path.covering else {
                 var stopped = false
-                try transaction.forEachQueriedDocument(ids: entries.lazy.map(\.id), in: collection,
+                try transaction.forEachQueriedDocument(ids: entries.map(\.id), in: collection,
                                                        readingOnly: readProperties) { document in
                     if try fetched(document) { return true }
                     stopped = true
