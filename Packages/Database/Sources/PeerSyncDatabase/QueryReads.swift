@@ -31,13 +31,22 @@ extension DatabaseReadTransaction {
     /// tell whether its plan still holds without parsing them again
     /// (``indexDefinitions(of:)`` parses them, ``indexDefinitions(from:)`` parses these).
     /// Errors: `.notFound` for a missing collection, `.closed` after the batch ended.
+    ///
+    /// A definition found proves that the collection exists (deleting a collection drops its
+    /// definitions in the same transaction): the collection's metadata is then not looked up,
+    /// here nor by the transaction's later reads of it.
     @_spi(Indexing)
     public func storedIndexDefinitions(of collection: Collection) throws -> [StoredIndexDefinition] {
-        let engine = try engine(collection)
+        let engine = try uncheckedEngine(collection)
         var out: [StoredIndexDefinition] = []
         try reader.enumerate(in: engine.spec.indexDefinitionsKeyspace) { record in
             out.append(StoredIndexDefinition(name: record.key, bytes: record.body))
             return true
+        }
+        if out.isEmpty {
+            _ = try self.engine(collection)   // `.notFound` unless the collection exists
+        } else {
+            collectionFound(engine)
         }
         return out
     }

@@ -114,13 +114,27 @@ public final class DatabaseReadTransaction {
     func invalidate() { isValid = false }
 
     func engine(_ collection: Collection) throws -> DocumentEngine {
+        try checked.engine(try uncheckedEngine(collection), reader)
+    }
+
+    /// `collection`'s engine without the check that it exists (the caller makes it, see
+    /// ``collectionFound(_:)``); the batch's and the database's checks are made.
+    func uncheckedEngine(_ collection: Collection) throws -> DocumentEngine {
         guard isValid else { throw PeerSyncError(.closed, "the read batch has ended") }
         guard collection.database === database else {
             throw PeerSyncError(.invalidArgument, "collection belongs to another database",
                                 context: ["collection": collection.fullName])
         }
-        return try checked.engine(collection.engine, reader)
+        return collection.engine
     }
+
+    /// Records that the collection of `engine` exists in this snapshot: a record that only an
+    /// existing collection has was read (deleting a collection drops its keyspaces in the same
+    /// transaction), so the next operations skip the metadata lookup.
+    func collectionFound(_ engine: DocumentEngine) { checked.found(engine.spec) }
+
+    /// Whether the collection of `engine` was already found to exist in this transaction.
+    func isCollectionFound(_ engine: DocumentEngine) -> Bool { checked.contains(engine.spec) }
 
     /// The current revision of a document, or nil if missing or deleted.
     public func document(id: String, in collection: Collection) throws -> Document? {
@@ -217,15 +231,31 @@ extension Collection {
 /// per-operation existence check (collections are not created or deleted inside a batch).
 struct CheckedCollections {
     private var specs: Set<CollectionSpec> = []
+    /// The collection checked last: a batch mostly reads one, and comparing its two names is
+    /// cheaper than hashing them into `specs` on every operation.
+    private var last: CollectionSpec?
 
     mutating func engine(_ engine: DocumentEngine, _ reader: any StorageReader) throws -> DocumentEngine {
         var engine = engine
         let key = engine.spec
-        if !specs.contains(key) {
-            try engine.requireCollection(reader)
-            specs.insert(key)
+        if last != key {
+            if !specs.contains(key) {
+                try engine.requireCollection(reader)
+                specs.insert(key)
+            }
+            last = key
         }
         engine.collectionChecked = true
         return engine
     }
+
+    /// Records that `spec`'s collection exists in this transaction, found without a lookup of
+    /// its own (a record that only an existing collection has was read).
+    mutating func found(_ spec: CollectionSpec) {
+        specs.insert(spec)
+        last = spec
+    }
+
+    /// Whether `spec`'s collection was already found in this transaction.
+    func contains(_ spec: CollectionSpec) -> Bool { last == spec || specs.contains(spec) }
 }

@@ -111,12 +111,15 @@ public final class Query: Sendable, CustomStringConvertible {
         while true {
             let scanIfStale = rebuilt
             let rows: [[JSONValue?]]? = try await database.inReadBatch { transaction in
-                if mustCheck { try Query.requireExists(collection, transaction) }
                 // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
                 // query with joins scans its FROM collection (the planner reads one source's WHERE).
+                // Reading the index definitions is also the check that the collection exists
+                // (`mustCheck` is only set without joins).
                 let (path, sawStale) = plan.joins.isEmpty
-                    ? try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction,
-                                           cache: planCache)
+                    ? try Query.checkingExists(collection, mustCheck) {
+                        try QueryAccess.path(plan, parameters: parameters, collection: collection, transaction: transaction,
+                                             cache: planCache)
+                    }
                     : (AccessPath.scan, false)
                 // A stale index (see `rebuildStaleIndexes`) is rebuilt before the query runs;
                 // if another process made it stale again since, this run scans instead.
@@ -165,7 +168,8 @@ public final class Query: Sendable, CustomStringConvertible {
 
     /// The `FROM` collection and the joined ones, as ``resolveSources()``; but a query without
     /// joins reads nothing here (one trip to a reader per run, not two): `mustCheck` then says
-    /// that its read transaction must check that the collection exists (``requireExists``).
+    /// that its read transaction must check that the collection exists (``requireExists`` or,
+    /// where its first read is of the collection's index definitions, ``checkingExists``).
     func sources() async throws -> (Collection, [DocumentScan.Source], mustCheck: Bool) {
         guard plan.joins.isEmpty else {
             let (main, joins) = try await resolveSources()
@@ -177,9 +181,23 @@ public final class Query: Sendable, CustomStringConvertible {
 
     /// Throws `.invalidQuery` ("no such collection") unless `collection` exists in `transaction`.
     static func requireExists(_ collection: Collection, _ transaction: DatabaseReadTransaction) throws {
-        guard try transaction.contains(collection) else {
-            throw PeerSyncError(.invalidQuery, "no such collection", context: ["collection": collection.fullName])
+        guard try transaction.contains(collection) else { throw noSuchCollection(collection) }
+    }
+
+    /// Runs `body`, a read of `collection` that throws `.notFound` when the collection does not
+    /// exist (as ``QueryAccess/path(_:parameters:collection:transaction:cache:)`` does); with
+    /// `mustCheck`, that error becomes ``requireExists(_:_:)``'s (`.invalidQuery`, "no such
+    /// collection"), so the read is the check and no lookup of its own is made.
+    static func checkingExists<R>(_ collection: Collection, _ mustCheck: Bool, _ body: () throws -> R) throws -> R {
+        do {
+            return try body()
+        } catch let error as PeerSyncError where mustCheck && error.code == .notFound {
+            throw noSuchCollection(collection)
         }
+    }
+
+    static func noSuchCollection(_ collection: Collection) -> PeerSyncError {
+        PeerSyncError(.invalidQuery, "no such collection", context: ["collection": collection.fullName])
     }
 
     func resolveCollection() async throws -> Collection {

@@ -101,6 +101,61 @@ import Testing
         }
     }
 
+    /// A run of an indexed query reads the index definitions first, and a definition found
+    /// stands for the collection's existence check: a deleted collection (its definitions
+    /// dropped with it) is still "no such collection", a recreated one is read anew, and a
+    /// batch's reads of another collection still check it.
+    @Test(arguments: Backend.available)
+    func theDefinitionsReadChecksThatTheCollectionExists(_ backend: Backend) async throws {
+        try await withDatabase(backend) { db in
+            let c = try await db.createCollection(name: "tasks")
+            for i in 0..<10 {
+                _ = try await c.save(document: MutableDocument(id: "t\(i)", data: ["type": i % 2 == 0 ? "a" : "b", "n": .int(Int64(i))]))
+            }
+            try await c.createIndex(withName: "byType", config: ValueIndexConfiguration(["type"]))
+            let query = try db.createQuery("SELECT meta().id FROM tasks WHERE type = 'a'")
+            #expect(try await query.explain().contains("USING INDEX byType"))
+            #expect(try await query.execute().count == 5)
+            let built = QueryBuilder.select(SelectResult.expression(Meta.id)).from(DataSource.collection(c))
+                .where(Expression.property("type").equalTo(Expression.string("a")))
+            #expect(try await built.execute().count == 5)
+
+            try await db.deleteCollection(name: "tasks")
+            let error = await #expect(throws: PeerSyncError.self) { try await query.execute() }
+            #expect(error?.code == .invalidQuery)
+            #expect(error?.context["collection"] == "_default.tasks")
+            let builtError = await #expect(throws: PeerSyncError.self) { try await built.execute() }
+            #expect(builtError?.code == .notFound)
+            let inBatch = await #expect(throws: PeerSyncError.self) {
+                try await db.inReadBatch { try $0.storedIndexDefinitions(of: c) }
+            }
+            #expect(inBatch?.code == .notFound)
+
+            // Recreated with another index and one document: the query plans and reads it anew.
+            let again = try await db.createCollection(name: "tasks")
+            try await again.createIndex(withName: "byN", config: ValueIndexConfiguration(["n"]))
+            _ = try await again.save(document: MutableDocument(id: "x", data: ["type": "a", "n": 1]))
+            #expect(try await query.execute().map { $0.string(at: 0) } == ["x"])
+            #expect(try await query.explain().contains("no index"))
+
+            // In one batch: definitions found for one collection, another one missing.
+            let other = try await db.createCollection(name: "other")
+            try await db.deleteCollection(name: "other")
+            let (names, first, missing, second, contains) = try await db.inReadBatch { transaction in
+                let names = try transaction.storedIndexDefinitions(of: again).map(\.name)
+                let first = try transaction.document(id: "x", in: again) != nil
+                var missing: PeerSyncError?
+                do { _ = try transaction.document(id: "x", in: other) } catch let error as PeerSyncError { missing = error }
+                return (names, first, missing, try transaction.document(id: "x", in: again) != nil,
+                        try transaction.contains(other))
+            }
+            #expect(names == ["byN"])
+            #expect(first && second)
+            #expect(missing?.code == .notFound)
+            #expect(contains == false)
+        }
+    }
+
     @Test(arguments: Backend.available)
     func maintainedOnEveryWritePath(_ backend: Backend) async throws {
         try await withDatabase(backend) { db in
