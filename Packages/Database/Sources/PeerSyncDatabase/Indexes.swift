@@ -11,7 +11,7 @@ import PeerSyncStorage
 // - the ordered key set (`OrderedKeySets`: no sequences) `idx:<scope>.<collection>:<name>`: the
 //   entries of one index: one entry per live document, key = what the ``DocumentIndexer``
 //   computes (an order-preserving encoding of the indexed values, then the document ID),
-//   value = the document ID.
+//   value = the length of the document ID in bytes (one byte: the key ends with the ID).
 //
 // Before 3 December 2026 the entries were records of the *keyspace* `idx:<scope>.<collection>:
 // <name>` (a sequence each), and the stored definition had no `"entries"`. Such a definition
@@ -211,7 +211,7 @@ struct IndexMaintenance: Sendable {
             try newProperties.map { try indexer.entryKeys(documentID: id, properties: $0) }
                 ?? indexer.entryKeys(documentID: id, body: body)
         }
-        let idBytes = Array(id.utf8)
+        let value = IndexMaintenance.entryValue(documentID: id)
         for (i, position) in live.enumerated() {
             let keySet = keySets[position]
             let before = allBefore?[i] ?? [], after = allAfter?[i] ?? []
@@ -219,13 +219,33 @@ struct IndexMaintenance: Sendable {
             // A value index has one key per document: compared directly, no sets.
             if before.count <= 1 && after.count <= 1 {
                 if let key = before.first { try writer.removeEntry(key, inKeySet: keySet) }
-                if let key = after.first { try writer.putEntry(key, value: idBytes, inKeySet: keySet) }
+                if let key = after.first { try writer.putEntry(key, value: value, inKeySet: keySet) }
                 continue
             }
             let keep = before.isEmpty || after.isEmpty ? [] : Set(before).intersection(after)
             for key in before where !keep.contains(key) { try writer.removeEntry(key, inKeySet: keySet) }
-            for key in after where !keep.contains(key) { try writer.putEntry(key, value: idBytes, inKeySet: keySet) }
+            for key in after where !keep.contains(key) { try writer.putEntry(key, value: value, inKeySet: keySet) }
         }
+    }
+
+    /// The value stored with an entry of document `id`: the length of its UTF-8 (one byte; an
+    /// entry key ends with the document ID, see ``PreparedDocumentIndexer``), so entries stay
+    /// small (fewer pages to write). An ID longer than 255 bytes (none: IDs are at most 255)
+    /// would be stored whole.
+    static func entryValue(documentID id: String) -> [UInt8] {
+        let count = id.utf8.count
+        return count <= 255 ? [UInt8(count)] : Array(id.utf8)
+    }
+
+    /// The document ID of the entry `key` whose value is `value` (see ``entryValue(documentID:)``).
+    static func documentID(key: String, value: [UInt8]) throws -> String {
+        guard value.count == 1 else { return String(decoding: value, as: UTF8.self) }
+        let count = Int(value[0]), bytes = key.utf8
+        guard count > 0, count <= bytes.count else {
+            throw PeerSyncError(.corrupt, "an index entry's document ID length does not fit its key",
+                                context: ["length": String(count)])
+        }
+        return String(decoding: bytes.suffix(count), as: UTF8.self)
     }
 
     private func markStale(_ writer: any StorageWriter) throws {
@@ -257,7 +277,7 @@ struct IndexMaintenance: Sendable {
         }
         // In key order: B-trees fill fastest that way.
         entries.sort { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
-        for (key, id) in entries { try writer.putEntry(key, value: Array(id.utf8), inKeySet: keySet) }
+        for (key, id) in entries { try writer.putEntry(key, value: entryValue(documentID: id), inKeySet: keySet) }
         var fresh = definition
         fresh.isStale = false
         try putDefinition(fresh, spec, writer)
@@ -464,7 +484,7 @@ extension DatabaseReadTransaction {
                                   _ body: (_ key: String, _ documentID: String) throws -> Bool) throws {
         let engine = try engine(collection)
         try reader.enumerateEntries(inKeySet: engine.spec.indexKeySet(name), range: range, descending: descending) { key, id in
-            try body(key, String(decoding: id, as: UTF8.self))
+            try body(key, try IndexMaintenance.documentID(key: key, value: id))
         }
     }
 }

@@ -13,7 +13,8 @@ import Testing
     static let keySet = "idx:_default._default:byN"
     static let definitions = "idxdef:_default._default"
 
-    /// The entries of a new index are in the key set, none in a keyspace.
+    /// The entries of a new index are in the key set, none in a keyspace; an entry's value is
+    /// the length of the document ID its key ends with, and reads give the ID back.
     @Test(arguments: Backend.available)
     func entriesAreInAnOrderedKeySet(_ backend: Backend) async throws {
         try await withTemporaryDirectory(prefix: "peersync-index-layout") { dir in
@@ -24,14 +25,21 @@ import Testing
             for i in 0..<5 { _ = try await c.save(document: MutableDocument(id: "d\(i)", data: ["n": .int(Int64(i % 2))])) }
             try await c.createIndex(withName: "byN", config: ValueIndexConfiguration(["n"]))
             _ = try await c.save(document: MutableDocument(id: "d5", data: ["n": .int(1)]))
+            let long = String(repeating: "é", count: 120)   // 240 bytes
+            _ = try await c.save(document: MutableDocument(id: long, data: ["n": .int(7)]))
+            #expect(try await IndexTests.ids(db, "SELECT meta().id FROM _ WHERE n = 7") == [long])
+            #expect(try await IndexTests.ids(db, "SELECT meta().id FROM _ WHERE n = 1 ORDER BY meta().id") == ["d1", "d3", "d5"])
+            try await c.purge(id: long)
             try await db.close()
 
             let store = try make.open(directory: path, options: StorageOptions())
             defer { try? store.close() }
             try store.read { r in
                 var ids: [String] = []
-                try r.enumerateEntries(inKeySet: Self.keySet, range: .all, descending: false) { _, id in
-                    ids.append(String(decoding: id, as: UTF8.self))
+                try r.enumerateEntries(inKeySet: Self.keySet, range: .all, descending: false) { key, value in
+                    // The value is the ID's length; the key ends with the ID.
+                    #expect(value == [2])
+                    ids.append(String(decoding: key.utf8.suffix(2), as: UTF8.self))
                     return true
                 }
                 #expect(ids == ["d0", "d2", "d4", "d1", "d3", "d5"])
