@@ -13,6 +13,21 @@ import Testing
     static let keySet = "idx:_default._default:byN"
     static let definitions = "idxdef:_default._default"
 
+    /// Runs blocking storage calls on a thread of their own, never on Swift's cooperative pool
+    /// (the `Storage` rule: a blocked pool thread would stall other tests' tasks).
+    static func offThePool(_ body: @escaping @Sendable () throws -> Void) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            Thread {
+                do {
+                    try body()
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }.start()
+        }
+    }
+
     /// The entries of a new index are in the key set, none in a keyspace; an entry's value is
     /// the length of the document ID its key ends with, and reads give the ID back.
     @Test(arguments: Backend.available)
@@ -32,18 +47,20 @@ import Testing
             try await c.purge(id: long)
             try await db.close()
 
-            let store = try make.open(directory: path, options: StorageOptions())
-            defer { try? store.close() }
-            try store.read { r in
-                var ids: [String] = []
-                try r.enumerateEntries(inKeySet: Self.keySet, range: .all, descending: false) { key, value in
-                    // The value is the ID's length; the key ends with the ID.
-                    #expect(value == [2])
-                    ids.append(String(decoding: key.utf8.suffix(2), as: UTF8.self))
-                    return true
+            try await Self.offThePool {
+                let store = try make.open(directory: path, options: StorageOptions())
+                defer { try? store.close() }
+                try store.read { r in
+                    var ids: [String] = []
+                    try r.enumerateEntries(inKeySet: Self.keySet, range: .all, descending: false) { key, value in
+                        // The value is the ID's length; the key ends with the ID.
+                        #expect(value == [2])
+                        ids.append(String(decoding: key.utf8.suffix(2), as: UTF8.self))
+                        return true
+                    }
+                    #expect(ids == ["d0", "d2", "d4", "d1", "d3", "d5"])
+                    #expect(try !r.keyspaces().contains(Self.keySet), "no entry is a keyspace record")
                 }
-                #expect(ids == ["d0", "d2", "d4", "d1", "d3", "d5"])
-                #expect(try !r.keyspaces().contains(Self.keySet), "no entry is a keyspace record")
             }
             if backend == .memory { MemoryStorageBackend().removeStore(in: path) }
         }
@@ -67,23 +84,25 @@ import Testing
             // Write the old layout by hand, as a build from before key sets left it: the entries
             // as records of keyspace `idx:…` (computed by the indexer, plus one wrong entry a
             // query must never return), the definition without `"entries"`.
-            let store = try make.open(directory: path, options: StorageOptions())
-            try store.write { w in
-                let prepared = try QueryIndexer.installed.prepare([IndexDefinition(name: "byN", expressions: ["n"])])
-                var documents: [Record] = []
-                try w.enumerate(in: "docs:_default._default") { documents.append($0); return true }
-                #expect(documents.count == 6)
-                for record in documents {
-                    for key in try prepared.entryKeys(documentID: record.key, body: record.body)[0] {
-                        try w.put(Record(key: key, body: Array(record.key.utf8)), in: Self.keySet)
+            try await Self.offThePool {
+                let store = try make.open(directory: path, options: StorageOptions())
+                try store.write { w in
+                    let prepared = try QueryIndexer.installed.prepare([IndexDefinition(name: "byN", expressions: ["n"])])
+                    var documents: [Record] = []
+                    try w.enumerate(in: "docs:_default._default") { documents.append($0); return true }
+                    #expect(documents.count == 6)
+                    for record in documents {
+                        for key in try prepared.entryKeys(documentID: record.key, body: record.body)[0] {
+                            try w.put(Record(key: key, body: Array(record.key.utf8)), in: Self.keySet)
+                        }
                     }
+                    let wrong = try prepared.entryKeys(documentID: "ghost", body: Array(#"{"n":1}"#.utf8))[0][0]
+                    try w.put(Record(key: wrong, body: Array("ghost".utf8)), in: Self.keySet)
+                    try w.put(Record(key: "byN", body: Array(#"{"expressions":["n"],"kind":"value","stale":false}"#.utf8)),
+                              in: Self.definitions)
                 }
-                let wrong = try prepared.entryKeys(documentID: "ghost", body: Array(#"{"n":1}"#.utf8))[0][0]
-                try w.put(Record(key: wrong, body: Array("ghost".utf8)), in: Self.keySet)
-                try w.put(Record(key: "byN", body: Array(#"{"expressions":["n"],"kind":"value","stale":false}"#.utf8)),
-                          in: Self.definitions)
+                try store.close()
             }
-            try store.close()
 
             db = try await Database(path: path, config: config)
             c = try db.defaultCollection()
@@ -100,12 +119,14 @@ import Testing
             #expect(try await IndexTests.storedEntries(c, "byN").count == 6)
             try await db.close()
 
-            let reopened = try make.open(directory: path, options: StorageOptions())
-            defer { try? reopened.close() }
-            try reopened.read { r in
-                #expect(try !r.keyspaces().contains(Self.keySet), "the old keyspace is dropped by the rebuild")
-                let definition = try #require(try r.get("byN", in: Self.definitions))
-                #expect(String(decoding: definition.body, as: UTF8.self).contains(#""entries":"keyset""#))
+            try await Self.offThePool {
+                let reopened = try make.open(directory: path, options: StorageOptions())
+                defer { try? reopened.close() }
+                try reopened.read { r in
+                    #expect(try !r.keyspaces().contains(Self.keySet), "the old keyspace is dropped by the rebuild")
+                    let definition = try #require(try r.get("byN", in: Self.definitions))
+                    #expect(String(decoding: definition.body, as: UTF8.self).contains(#""entries":"keyset""#))
+                }
             }
             if backend == .memory { MemoryStorageBackend().removeStore(in: path) }
         }
