@@ -17,10 +17,11 @@ struct ConformanceCombination: Sendable, Hashable, CustomTestStringConvertible {
     var testDescription: String { "\(backend): \(caseName)" }
 }
 
-/// The backends this build has: memory always, SQLite and LMDB when their traits are on.
+/// The backends this build has: memory always (also without its own ordered key sets, see
+/// `WithoutKeySetsBackend`), SQLite and LMDB when their traits are on.
 enum ConformanceBackends {
     static var names: [String] {
-        var names = ["memory"]
+        var names = ["memory", "memory-without-key-sets"]
         #if SQLite && canImport(PeerSyncSQLite)
         names.append("sqlite")
         #endif
@@ -36,6 +37,10 @@ enum ConformanceBackends {
             let memory = MemoryStorageBackend()
             return StorageConformanceSuite(backend: memory, capabilities: .init(multiProcess: false),
                                            removeStore: { memory.removeStore(in: $0) })
+        case "memory-without-key-sets":
+            let backend = WithoutKeySetsBackend()
+            return StorageConformanceSuite(backend: backend, capabilities: .init(multiProcess: false),
+                                           removeStore: { backend.removeStore(in: $0) })
         #if SQLite && canImport(PeerSyncSQLite)
         case "sqlite":
             return StorageConformanceSuite(backend: SQLiteStorageBackend(), capabilities: .init(multiProcess: true),

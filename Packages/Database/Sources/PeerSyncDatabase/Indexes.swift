@@ -6,10 +6,18 @@ import PeerSyncStorage
 //
 // Storage layout, per collection:
 // - `idxdef:<scope>.<collection>`: one record per index, key = index name, body = the
-//   definition as canonical JSON (`{"kind":"value","expressions":[…SQL++ text…],"stale":false}`);
-// - `idx:<scope>.<collection>:<name>`: the entries of one index: one record per live document,
-//   key = what the ``DocumentIndexer`` computes (an order-preserving encoding of the indexed
-//   values, then the document ID), body = the document ID.
+//   definition as canonical JSON (`{"entries":"keyset","expressions":[…SQL++ text…],
+//   "kind":"value","stale":false}`);
+// - the ordered key set (`OrderedKeySets`: no sequences) `idx:<scope>.<collection>:<name>`: the
+//   entries of one index: one entry per live document, key = what the ``DocumentIndexer``
+//   computes (an order-preserving encoding of the indexed values, then the document ID),
+//   value = the length of the document ID in bytes (one byte: the key ends with the ID).
+//
+// Before 3 December 2026 the entries were records of the *keyspace* `idx:<scope>.<collection>:
+// <name>` (a sequence each), and the stored definition had no `"entries"`. Such a definition
+// reads as stale (``IndexDefinition/init(name:record:)``), so its index is not used or kept up to
+// date, and the query package rebuilds it — into the key set, dropping the old keyspace —
+// before it is first used; a write keeps working meanwhile.
 //
 // Every change of a document's current revision (save, delete, purge, expiry, replicated
 // insert, conflict resolution) goes through `DocumentEngine.writeTree` or a purge, and both
@@ -45,8 +53,13 @@ public struct IndexDefinition: Sendable, Hashable {
     }
 
     var json: JSONValue {
-        ["kind": .string(kind), "expressions": .array(expressions.map { .string($0) }), "stale": .bool(isStale)]
+        ["kind": .string(kind), "expressions": .array(expressions.map { .string($0) }), "stale": .bool(isStale),
+         "entries": .string(IndexDefinition.entriesInKeySet)]
     }
+
+    /// The stored definition's `"entries"` when its entries are in an ordered key set (see the
+    /// file comment); a definition without it has its entries in the old keyspace layout.
+    static let entriesInKeySet = "keyset"
 
     init(name: String, record: Record) throws(PeerSyncError) {
         // Every document write reads the definitions (see `IndexMaintenance.load`): the parsed
@@ -60,8 +73,10 @@ public struct IndexDefinition: Sendable, Hashable {
         guard let kind = value["kind"]?.stringValue, let list = value["expressions"]?.arrayValue else {
             throw PeerSyncError(.corrupt, "stored index definition is invalid", context: ["index": name])
         }
+        // Entries in the old layout (a keyspace) are rebuilt into a key set before use: stale.
+        let inKeySet = value["entries"]?.stringValue == IndexDefinition.entriesInKeySet
         self.init(name: name, kind: kind, expressions: list.compactMap(\.stringValue),
-                  isStale: value["stale"]?.boolValue ?? false)
+                  isStale: !inKeySet || (value["stale"]?.boolValue ?? false))
         let parsed = self
         IndexDefinition.parsed.withLock { cache in
             if cache.count >= 256 { cache.removeAll() }   // bounded: definitions are few
@@ -130,16 +145,19 @@ public enum DocumentIndexing {
 extension CollectionSpec {
     /// Index definitions: key = index name.
     var indexDefinitionsKeyspace: String { "idxdef:" + fullName }
-    /// The entries of index `name`.
-    func indexKeyspace(_ name: String) -> String { "idx:" + fullName + ":" + name }
+    /// The ordered key set of the entries of index `name`.
+    func indexKeySet(_ name: String) -> String { "idx:" + fullName + ":" + name }
+    /// The keyspace that held the entries of index `name` before they moved to
+    /// ``indexKeySet(_:)`` (see the file comment): dropped when the index is rebuilt or removed.
+    func legacyIndexKeyspace(_ name: String) -> String { "idx:" + fullName + ":" + name }
 }
 
 /// Index upkeep for one document change, inside the write transaction that makes it.
 struct IndexMaintenance: Sendable {
     let spec: CollectionSpec
     let definitions: [IndexDefinition]
-    /// The keyspace of each definition's entries, in order.
-    let keyspaces: [String]
+    /// The key set of each definition's entries, in order.
+    let keySets: [String]
     /// The positions in ``definitions`` of the indexes that are not stale.
     let live: [Int]
     /// The installed indexer prepared for the ``live`` definitions (nil: none installed, or
@@ -156,7 +174,7 @@ struct IndexMaintenance: Sendable {
         let live = definitions.indices.filter { !definitions[$0].isStale }
         let installed = DocumentIndexing.indexer
         return IndexMaintenance(
-            spec: spec, definitions: definitions, keyspaces: definitions.map { spec.indexKeyspace($0.name) }, live: live,
+            spec: spec, definitions: definitions, keySets: definitions.map { spec.indexKeySet($0.name) }, live: live,
             indexer: live.isEmpty ? nil : try installed?.prepare(live.map { definitions[$0] }),
             hasIndexer: installed != nil)
     }
@@ -193,21 +211,41 @@ struct IndexMaintenance: Sendable {
             try newProperties.map { try indexer.entryKeys(documentID: id, properties: $0) }
                 ?? indexer.entryKeys(documentID: id, body: body)
         }
-        let idBytes = Array(id.utf8)
+        let value = IndexMaintenance.entryValue(documentID: id)
         for (i, position) in live.enumerated() {
-            let keyspace = keyspaces[position]
+            let keySet = keySets[position]
             let before = allBefore?[i] ?? [], after = allAfter?[i] ?? []
             if before == after { continue }
             // A value index has one key per document: compared directly, no sets.
             if before.count <= 1 && after.count <= 1 {
-                if let key = before.first { try writer.purge(key, in: keyspace) }
-                if let key = after.first { try writer.put(Record(key: key, body: idBytes), in: keyspace) }
+                if let key = before.first { try writer.removeEntry(key, inKeySet: keySet) }
+                if let key = after.first { try writer.putEntry(key, value: value, inKeySet: keySet) }
                 continue
             }
             let keep = before.isEmpty || after.isEmpty ? [] : Set(before).intersection(after)
-            for key in before where !keep.contains(key) { try writer.purge(key, in: keyspace) }
-            for key in after where !keep.contains(key) { try writer.put(Record(key: key, body: idBytes), in: keyspace) }
+            for key in before where !keep.contains(key) { try writer.removeEntry(key, inKeySet: keySet) }
+            for key in after where !keep.contains(key) { try writer.putEntry(key, value: value, inKeySet: keySet) }
         }
+    }
+
+    /// The value stored with an entry of document `id`: the length of its UTF-8 (one byte; an
+    /// entry key ends with the document ID, see ``PreparedDocumentIndexer``), so entries stay
+    /// small (fewer pages to write). An ID longer than 255 bytes (none: IDs are at most 255)
+    /// would be stored whole.
+    static func entryValue(documentID id: String) -> [UInt8] {
+        let count = id.utf8.count
+        return count <= 255 ? [UInt8(count)] : Array(id.utf8)
+    }
+
+    /// The document ID of the entry `key` whose value is `value` (see ``entryValue(documentID:)``).
+    static func documentID(key: String, value: [UInt8]) throws -> String {
+        guard value.count == 1 else { return String(decoding: value, as: UTF8.self) }
+        let count = Int(value[0]), bytes = key.utf8
+        guard count > 0, count <= bytes.count else {
+            throw PeerSyncError(.corrupt, "an index entry's document ID length does not fit its key",
+                                context: ["length": String(count)])
+        }
+        return String(decoding: bytes.suffix(count), as: UTF8.self)
     }
 
     private func markStale(_ writer: any StorageWriter) throws {
@@ -225,8 +263,9 @@ struct IndexMaintenance: Sendable {
     /// its definition as not stale.
     static func build(_ definition: IndexDefinition, _ spec: CollectionSpec, indexer: any DocumentIndexer,
                       _ writer: any StorageWriter) throws {
-        let keyspace = spec.indexKeyspace(definition.name)
-        try writer.dropKeyspace(keyspace)
+        let keySet = spec.indexKeySet(definition.name)
+        try writer.dropKeySet(keySet)
+        try writer.dropKeyspace(spec.legacyIndexKeyspace(definition.name))
         var entries: [(String, String)] = []
         let prepared = try indexer.prepare([definition])
         try writer.enumerate(in: spec.documentsKeyspace) { record in
@@ -238,7 +277,7 @@ struct IndexMaintenance: Sendable {
         }
         // In key order: B-trees fill fastest that way.
         entries.sort { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
-        for (key, id) in entries { try writer.put(Record(key: key, body: Array(id.utf8)), in: keyspace) }
+        for (key, id) in entries { try writer.putEntry(key, value: entryValue(documentID: id), inKeySet: keySet) }
         var fresh = definition
         fresh.isStale = false
         try putDefinition(fresh, spec, writer)
@@ -246,7 +285,10 @@ struct IndexMaintenance: Sendable {
 
     /// Drops every index of the collection (the collection is being deleted).
     static func dropAll(_ spec: CollectionSpec, _ writer: any StorageWriter) throws {
-        for definition in try readDefinitions(spec, writer) { try writer.dropKeyspace(spec.indexKeyspace(definition.name)) }
+        for definition in try readDefinitions(spec, writer) {
+            try writer.dropKeySet(spec.indexKeySet(definition.name))
+            try writer.dropKeyspace(spec.legacyIndexKeyspace(definition.name))
+        }
         try writer.dropKeyspace(spec.indexDefinitionsKeyspace)
     }
 }
@@ -363,7 +405,8 @@ extension Collection {
         return try await database.write { writer in
             try engine.requireCollection(writer)
             guard try writer.purge(name, in: engine.spec.indexDefinitionsKeyspace) else { return false }
-            try writer.dropKeyspace(engine.spec.indexKeyspace(name))
+            try writer.dropKeySet(engine.spec.indexKeySet(name))
+            try writer.dropKeyspace(engine.spec.legacyIndexKeyspace(name))
             engine.indexUpkeep.definitionsChanged()
             return true
         }
@@ -440,8 +483,8 @@ extension DatabaseReadTransaction {
     public func forEachIndexEntry(index name: String, in collection: Collection, range: KeyRange, descending: Bool,
                                   _ body: (_ key: String, _ documentID: String) throws -> Bool) throws {
         let engine = try engine(collection)
-        try reader.enumerate(in: engine.spec.indexKeyspace(name), range: range, descending: descending) { record in
-            try body(record.key, String(decoding: record.body, as: UTF8.self))
+        try reader.enumerateEntries(inKeySet: engine.spec.indexKeySet(name), range: range, descending: descending) { key, id in
+            try body(key, try IndexMaintenance.documentID(key: key, value: id))
         }
     }
 }

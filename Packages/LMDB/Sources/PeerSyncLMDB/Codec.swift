@@ -17,6 +17,9 @@ import Darwin
 //   meta DB:      0x01 → format version (UInt32); 0x02 → next keyspace ID (UInt32);
 //                 0x10 + keyspace name (UTF-8) → ID (UInt32) | last sequence (UInt64)
 //                                                | live count (UInt64) | deleted count (UInt64)
+//                 0x11 + ordered key set name (UTF-8) → the same, for a key set: its entries are
+//                        records (key = its ID + entry key, body = the value) with no entries
+//                        in the sequences DB (stores without key sets open unchanged)
 //
 // Big-endian IDs and sequences keep one keyspace's keys contiguous and in order under LMDB's
 // byte-wise key comparison.
@@ -238,16 +241,20 @@ final class KeyspaceState {
     var liveCount: UInt64
     var deletedCount: UInt64
     var dirty = false
+    /// An ordered key set (meta tag ``Layout/MetaKey/keySet``): no sequence index entries.
+    let isKeySet: Bool
 
-    init(name: String, id: UInt32, lastSequence: UInt64 = 0, liveCount: UInt64 = 0, deletedCount: UInt64 = 0) {
+    init(name: String, id: UInt32, lastSequence: UInt64 = 0, liveCount: UInt64 = 0, deletedCount: UInt64 = 0,
+         isKeySet: Bool = false) {
         self.name = name
         self.id = id
+        self.isKeySet = isKeySet
         self.lastSequence = lastSequence
         self.liveCount = liveCount
         self.deletedCount = deletedCount
     }
 
-    static func decode(name: String, _ value: UnsafeRawBufferPointer) throws(PeerSyncError) -> KeyspaceState {
+    static func decode(name: String, _ value: UnsafeRawBufferPointer, isKeySet: Bool = false) throws(PeerSyncError) -> KeyspaceState {
         guard value.count == encodedSize, let p = value.baseAddress else {
             throw PeerSyncError(.corrupt, "malformed keyspace entry in the meta database", context: ["keyspace": name])
         }
@@ -255,7 +262,8 @@ final class KeyspaceState {
                              id: UInt32(littleEndian: p.loadUnaligned(as: UInt32.self)),
                              lastSequence: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
                              liveCount: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt64.self)),
-                             deletedCount: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 20, as: UInt64.self)))
+                             deletedCount: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 20, as: UInt64.self)),
+                             isKeySet: isKeySet)
     }
 
     func encode(into dest: UnsafeMutableRawPointer) {

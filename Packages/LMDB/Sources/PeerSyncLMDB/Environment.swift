@@ -30,6 +30,9 @@ enum Layout {
         static let nextKeyspaceID: UInt8 = 0x02
         /// Followed by the keyspace name's UTF-8: the keyspace's ``KeyspaceState`` (28 bytes).
         static let keyspace: UInt8 = 0x10
+        /// Followed by an ordered key set's name (UTF-8): its ``KeyspaceState`` (28 bytes). A key
+        /// set is a keyspace whose records have no sequence index entries (`OrderedKeySets`).
+        static let keySet: UInt8 = 0x11
     }
 
     static let defaultMapSize = 64 << 20

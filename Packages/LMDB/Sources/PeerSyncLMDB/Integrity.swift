@@ -49,9 +49,9 @@ final class IntegrityCheck {
                 } else {
                     report("meta: malformed next-keyspace-ID entry")
                 }
-            case Layout.MetaKey.keyspace:
+            case Layout.MetaKey.keyspace, Layout.MetaKey.keySet:
                 let name = String(decoding: UnsafeRawBufferPointer(rebasing: key[1...]), as: UTF8.self)
-                guard let state = try? KeyspaceState.decode(name: name, value) else {
+                guard let state = try? KeyspaceState.decode(name: name, value, isKeySet: tag == Layout.MetaKey.keySet) else {
                     report("meta: malformed entry for keyspace `\(name)`")
                     return
                 }
@@ -93,6 +93,7 @@ final class IntegrityCheck {
             }
             if header.flags & RecordFlags.deleted.rawValue != 0 { tally.deleted += 1 } else { tally.live += 1 }
             keyspaces[id] = tally
+            if tally.stored.isKeySet { return }   // an ordered key set's entries have no sequence index
             if header.sequence == 0 || header.sequence > tally.stored.lastSequence {
                 report("keyspace `\(tally.name)`: record `\(name)` has sequence \(header.sequence), "
                        + "beyond the last sequence \(tally.stored.lastSequence)")
@@ -149,7 +150,7 @@ final class IntegrityCheck {
                 report("keyspace `\(tally.name)`: stored counts (\(tally.stored.liveCount) live, \(tally.stored.deletedCount) deleted) "
                        + "differ from the records (\(tally.live) live, \(tally.deleted) deleted)")
             }
-            if tally.indexed != tally.live + tally.deleted {
+            if tally.indexed != (tally.stored.isKeySet ? 0 : tally.live + tally.deleted) {
                 report("keyspace `\(tally.name)`: \(tally.indexed) sequence index entries for \(tally.live + tally.deleted) records")
             }
         }

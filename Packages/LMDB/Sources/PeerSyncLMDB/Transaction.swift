@@ -39,6 +39,8 @@ final class LMDBTransaction: StorageWriter {
     var mutations = 0
     /// Keyed by exact bytes: canonically equivalent names are different keyspaces.
     var keyspaceCache: [ByteExactName: CachedKeyspace] = [:]
+    /// The same for ordered key sets (their own namespace).
+    var keySetCache: [ByteExactName: CachedKeyspace] = [:]
     var lastKeyspace: KeyspaceState?
     var nextKeyspaceID: UInt32?
     var recordsCursor: Cursor?
@@ -169,6 +171,7 @@ final class LMDBTransaction: StorageWriter {
             generation &+= 1
             mutations &+= 1
             keyspaceCache = [:]
+            keySetCache = [:]
             lastKeyspace = nil
             nextKeyspaceID = nil
             replaying = true
@@ -212,6 +215,14 @@ final class LMDBTransaction: StorageWriter {
             matches = try purgeCore(key, keyspace) == existed
         case let .drop(keyspace):
             _ = try dropCore(keyspace)
+            matches = true
+        case let .putEntry(record, keySet, storedSize):
+            _ = try putCore(record, keySet, storedSize: storedSize, keySet: true)
+            matches = true
+        case let .removeEntry(key, keySet, existed):
+            matches = try purgeCore(key, keySet, keySet: true) == existed
+        case let .dropKeySet(keySet):
+            _ = try dropCore(keySet, keySet: true)
             matches = true
         }
         guard matches else {

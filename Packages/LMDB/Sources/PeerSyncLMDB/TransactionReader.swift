@@ -45,6 +45,32 @@ extension LMDBTransaction {
                    _ body: (Record) throws -> Bool) throws {
         try ensureActive()
         guard let ks = try lookupKeyspace(keyspace) else { return }
+        try enumerateRecords(ks, range: range, descending: descending, body)
+    }
+
+    // MARK: Ordered key sets (records without sequence index entries, see Codec.swift)
+
+    func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
+        try ensureActive()
+        guard let ks = try lookupKeyspace(keySet, keySet: true),
+              let k = keyBuffer.write(prefix: ks.id, text: key, limit: Layout.maxLMDBKeySize) else { return nil }
+        guard let data = try currentTxn().get(env.records, key: k, context: ["keySet": keySet, "key": key]) else {
+            return nil
+        }
+        return try RecordHeader.decode(key: key, value: data).body
+    }
+
+    func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
+                          _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
+        try ensureActive()
+        guard let ks = try lookupKeyspace(keySet, keySet: true) else { return }
+        try enumerateRecords(ks, range: range, descending: descending) { record in try body(record.key, record.body) }
+    }
+
+    /// The records of keyspace (or key set) `ks` in `range`, merging a write transaction's
+    /// overlay.
+    private func enumerateRecords(_ ks: KeyspaceState, range: KeyRange, descending: Bool,
+                                  _ body: (Record) throws -> Bool) throws {
         let lower = fullKey(ks.id, range.lowerBound ?? "")
         let upper = range.upperBound.map { fullKey(ks.id, $0) }
         if let upper {
@@ -220,5 +246,21 @@ extension LMDBTransaction {
                                 context: ["directory": env.directory, "key": name, "sequence": String(sequence)])
         }
         return record
+    }
+}
+
+extension LMDBTransaction {
+    /// The number of entries in the sequences DB (tests: key set entries add none).
+    func sequenceIndexEntryCountForTesting() throws -> Int {
+        try ensureActive()
+        let cursor = try Cursor(try currentTxn(), env.sequences)
+        defer { cursor.close() }
+        var count = 0
+        var entry = try cursor.move(.first)
+        while entry != nil {
+            count += 1
+            entry = try cursor.move(.next)
+        }
+        return count
     }
 }

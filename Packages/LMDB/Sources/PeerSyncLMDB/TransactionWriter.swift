@@ -58,6 +58,48 @@ extension LMDBTransaction {
         }
     }
 
+    // MARK: Ordered key sets: keyspaces without sequence index entries
+
+    func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
+        try ensureWritable()
+        guard key.utf8.count <= Layout.maxRecordKeySize else {
+            throw PeerSyncError(.tooLarge, "the entry key is longer than \(Layout.maxRecordKeySize) bytes",
+                                context: ["keySet": keySet, "keyLength": String(key.utf8.count)])
+        }
+        guard keySet.utf8.count <= Layout.maxKeyspaceNameSize else {
+            throw PeerSyncError(.tooLarge, "the key set name is longer than \(Layout.maxKeyspaceNameSize) bytes",
+                                context: ["keySet": keySet])
+        }
+        let record = Record(key: key, body: value)
+        guard let size = RecordHeader.storedSize(record) else {
+            throw PeerSyncError(.tooLarge, "the entry is larger than LMDB's 4 GiB value limit",
+                                context: ["keySet": keySet, "key": key])
+        }
+        _ = try perform { () throws(PeerSyncError) in try putCore(record, keySet, storedSize: size, keySet: true) }
+        journal.append(.putEntry(record, keySet: keySet, storedSize: size))
+        journalBytes &+= size &+ key.utf8.count &+ 64
+    }
+
+    @discardableResult
+    func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
+        try ensureWritable()
+        let existed = try perform { () throws(PeerSyncError) in try purgeCore(key, keySet, keySet: true) }
+        if existed {
+            journal.append(.removeEntry(key: key, keySet: keySet, existed: true))
+            journalBytes &+= key.utf8.count &+ 64
+        }
+        return existed
+    }
+
+    func dropKeySet(_ keySet: String) throws {
+        try ensureWritable()
+        let existed = try perform { () throws(PeerSyncError) in try dropCore(keySet, keySet: true) }
+        if existed {
+            journal.append(.dropKeySet(keySet: keySet))
+            journalBytes &+= 64
+        }
+    }
+
     // MARK: Write internals (no journaling, no growth handling)
 
     @inline(__always)
@@ -75,9 +117,14 @@ extension LMDBTransaction {
         }
     }
 
-    func putCore(_ record: Record, _ keyspace: String, storedSize: Int) throws(PeerSyncError) -> UInt64 {
+    /// With `keySet`, `keyspace` names an ordered key set: no sequence index entries.
+    func putCore(_ record: Record, _ keyspace: String, storedSize: Int, keySet: Bool = false) throws(PeerSyncError) -> UInt64 {
         let ks: KeyspaceState
-        if let existing = try lookupKeyspace(keyspace) { ks = existing } else { ks = try createKeyspace(keyspace) }
+        if let existing = try lookupKeyspace(keyspace, keySet: keySet) {
+            ks = existing
+        } else {
+            ks = try createKeyspace(keyspace, keySet: keySet)
+        }
         guard ks.lastSequence < UInt64.max else {
             throw PeerSyncError(.storage, "sequence numbers are exhausted", context: ["keyspace": keyspace])
         }
@@ -95,14 +142,14 @@ extension LMDBTransaction {
                                                  context: ["keyspace": keyspace, "key": record.key])
             guard let dest = data.baseAddress else { throw noTransaction() }
             RecordHeader.encode(record, sequence: sequence, into: dest)
-            try deleteSequenceEntry(ks.id, old.sequence)
+            if !keySet { try deleteSequenceEntry(ks.id, old.sequence) }
             ks.count(old.flags, -1)
         case .reserved(let data):
             guard let dest = data.baseAddress else { throw noTransaction() }
             RecordHeader.encode(record, sequence: sequence, into: dest)
             try noteMutation(ks.id, key, old: nil)
         }
-        try putSequenceEntry(ks.id, sequence, key: record.key)
+        if !keySet { try putSequenceEntry(ks.id, sequence, key: record.key) }
         ks.count(record.flags.rawValue, 1)
         ks.lastSequence = sequence
         return sequence
@@ -144,30 +191,30 @@ extension LMDBTransaction {
         return sequence
     }
 
-    func purgeCore(_ keyString: String, _ keyspace: String) throws(PeerSyncError) -> Bool {
-        guard let ks = try lookupKeyspace(keyspace),
+    func purgeCore(_ keyString: String, _ keyspace: String, keySet: Bool = false) throws(PeerSyncError) -> Bool {
+        guard let ks = try lookupKeyspace(keyspace, keySet: keySet),
               let key = keyBuffer.write(prefix: ks.id, text: keyString, limit: Layout.maxLMDBKeySize) else { return false }
         let cursor = try writeCursor(records: true)
         guard let data = try cursor.find(key, context: ["keyspace": keyspace, "key": keyString]) else { return false }
         let old = try RecordHeader.parse(data)
         try noteMutation(ks.id, key, old: data)
         try cursor.deleteCurrent(context: ["keyspace": keyspace, "key": keyString])
-        try deleteSequenceEntry(ks.id, old.sequence)
+        if !keySet { try deleteSequenceEntry(ks.id, old.sequence) }
         ks.count(old.flags, -1)
         return true
     }
 
-    func dropCore(_ keyspace: String) throws(PeerSyncError) -> Bool {
-        guard let ks = try lookupKeyspace(keyspace) else { return false }
+    func dropCore(_ keyspace: String, keySet: Bool = false) throws(PeerSyncError) -> Bool {
+        guard let ks = try lookupKeyspace(keyspace, keySet: keySet) else { return false }
         if !replaying { try preserveForEnumerations(ks) }
         mutations &+= 1
         try deletePrefix(ks.id, in: env.records)
-        try deletePrefix(ks.id, in: env.sequences)
-        if let key = metaBuffer.write(tag: Layout.MetaKey.keyspace, text: keyspace, limit: Layout.maxLMDBKeySize) {
+        if !keySet { try deletePrefix(ks.id, in: env.sequences) }
+        if let key = metaBuffer.write(tag: Self.metaTag(keySet: keySet), text: keyspace, limit: Layout.maxLMDBKeySize) {
             _ = try currentTxn().delete(env.meta, key: key, context: ["keyspace": keyspace])
         }
         ks.dirty = false
-        keyspaceCache[ByteExactName(name: keyspace)] = .absent
+        setCached(keyspace, keySet: keySet, .absent)
         if lastKeyspace === ks { lastKeyspace = nil }
         return true
     }

@@ -13,6 +13,9 @@ enum JournalEntry {
     case delete(key: String, keyspace: String, sequence: UInt64?)
     case purge(key: String, keyspace: String, existed: Bool)
     case drop(keyspace: String)
+    case putEntry(Record, keySet: String, storedSize: Int)
+    case removeEntry(key: String, keySet: String, existed: Bool)
+    case dropKeySet(keySet: String)
 }
 
 /// The not-yet-visited part of a by-key enumeration that the enumeration's own body changed:

@@ -145,6 +145,11 @@ final class SQLiteConnection: @unchecked Sendable {
     // Keyspace state, used by SQLiteTransaction (see there).
     /// Keyspace tables known to this connection, valid while `schemaVersion` is current.
     var tables: [KeyspaceName: KeyspaceTable] = [:]
+    /// Ordered key sets' tables known to this connection, valid while `schemaVersion` is current.
+    var keySets: [KeyspaceName: KeySetTable] = [:]
+    /// Whether the store has the `peersync_keysets` catalog (nil: not looked up since the
+    /// schema last changed).
+    var hasKeySetCatalog: Bool?
     /// `PRAGMA schema_version` when `tables` was last validated; -1 = unknown.
     var schemaVersion: Int64 = -1
     /// Incremented at the start of every transaction on this connection.
@@ -169,7 +174,7 @@ final class SQLiteConnection: @unchecked Sendable {
     deinit {
         if isOpen {
             statements.removeAll()
-            tables.removeAll()
+            forgetTables()
             sqlite3_close_v2(db)
         }
     }
@@ -178,11 +183,18 @@ final class SQLiteConnection: @unchecked Sendable {
     func close() throws {
         guard isOpen else { return }
         statements.removeAll()
-        tables.removeAll()
+        forgetTables()
         isOpen = false
         // close_v2 never leaves the handle half-open: with a statement still alive (none is,
         // once the caches are cleared) it becomes a zombie freed with that statement.
         try sqliteCheck(sqlite3_close_v2(db), db: nil, sql: nil)
+    }
+
+    /// Forgets the cached keyspace and key set tables (the schema may have changed).
+    func forgetTables() {
+        tables.removeAll()
+        keySets.removeAll()
+        hasKeySetCatalog = nil
     }
 
     private func checkOpen() throws {
@@ -247,7 +259,7 @@ final class SQLiteConnection: @unchecked Sendable {
         // moved (another connection or process), the cached name -> table mapping may be stale.
         let version = try queryInteger("PRAGMA schema_version") ?? 0
         if version != schemaVersion {
-            tables.removeAll()
+            forgetTables()
             schemaVersion = version
         }
     }
@@ -267,7 +279,7 @@ final class SQLiteConnection: @unchecked Sendable {
             do { try execute("ROLLBACK") } catch { /* the original error is reported */ }
         }
         if forgetKeyspaces {
-            tables.removeAll()
+            forgetTables()
             schemaVersion = -1
         }
     }

@@ -29,6 +29,16 @@ import PeerSyncStorage
 // `last_seq` before COMMIT: the counter never decreases. (Updating the metadata row on every
 // commit would also rewrite, at commit time, a page a bulk insert spilled to the WAL long
 // before, making SQLite re-checksum every WAL frame written after it.)
+//
+// Ordered key sets (`OrderedKeySets`: no sequences, small values, e.g. index entries) are
+// `WITHOUT ROWID` tables keyed by the key, one B-tree write per entry where a keyspace record
+// costs a row, its key's UNIQUE index and the sequence:
+//
+//   peersync_keysets(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE)
+//   ks_<id>(key TEXT NOT NULL PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID
+//
+// The catalog is created by the first key set (`CREATE TABLE IF NOT EXISTS`), so stores made
+// before key sets existed open unchanged (same `user_version`) and gain it when first used.
 
 enum SQLiteSchema {
     /// `PRAGMA application_id` of a PeerSync store: "PSYC".
@@ -58,6 +68,17 @@ enum SQLiteSchema {
     }
 
     static let recordColumns = "seq, key, flags, version, body, extra"
+
+    static let createKeySetCatalog = """
+        CREATE TABLE IF NOT EXISTS peersync_keysets (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL UNIQUE
+        )
+        """
+
+    static func createKeySetTable(_ table: String) -> String {
+        "CREATE TABLE \(table) (key TEXT NOT NULL PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
+    }
 }
 
 /// A keyspace name compared and hashed by its UTF-8 bytes. Swift's `String ==` uses canonical
@@ -122,6 +143,26 @@ final class KeyspaceTable {
     }
 }
 
+/// One ordered key set's `WITHOUT ROWID` table as seen by one connection, with that
+/// connection's prepared statements for it. Owned by ``SQLiteConnection/keySets``.
+final class KeySetTable {
+    let id: Int64
+    let name: String
+    let table: String
+
+    var get: SQLiteStatement?
+    var put: SQLiteStatement?
+    var remove: SQLiteStatement?
+    /// Enumeration statements: 12 key-range shapes (see `rangeShape`).
+    var enumerations = [SQLiteStatement?](repeating: nil, count: 12)
+
+    init(id: Int64, name: String) {
+        self.id = id
+        self.name = name
+        self.table = "ks_\(id)"
+    }
+}
+
 /// A transaction on one connection: what ``SQLiteStorage/read(_:)`` and
 /// ``SQLiteStorage/write(_:)`` hand to their closures. Invalid (every call throws `.closed`)
 /// once its closure has returned, so an escaped reader can never touch a connection that has
@@ -132,6 +173,8 @@ final class SQLiteTransaction: StorageWriter {
     private var isValid = true
     /// The keyspace used last: a put loop into one keyspace skips the dictionary lookup.
     private var recent: KeyspaceTable?
+    /// The key set used last, likewise.
+    private var recentKeySet: KeySetTable?
     private var dirtyTables: [KeyspaceTable] = []
     private var changedSchema = false
 
@@ -143,6 +186,7 @@ final class SQLiteTransaction: StorageWriter {
     func invalidate() {
         isValid = false
         recent = nil
+        recentKeySet = nil
     }
 
     /// Writes the sequence counters of keyspaces that had purges back and remembers the schema version the commit
@@ -283,14 +327,25 @@ final class SQLiteTransaction: StorageWriter {
     /// cached one is busy (an enumeration started from inside another's callback).
     private func enumerate(_ table: KeyspaceTable, slot: Int, sql: (String) -> String,
                            _ run: (SQLiteStatement) throws -> Void) throws {
-        let statement: SQLiteStatement
-        if let cached = table.enumerations[slot] {
-            statement = cached.inUse ? try SQLiteStatement(db: connection.db, sql: cached.sql, persistent: false)
-                                     : cached
-        } else {
-            statement = try SQLiteStatement(db: connection.db, sql: sql(table.table))
-            table.enumerations[slot] = statement
+        let statement = try enumerationStatement(table.enumerations[slot], table: table.table, sql: sql) {
+            table.enumerations[slot] = $0
         }
+        try runEnumeration(statement, run)
+    }
+
+    /// `cached` when it is idle, a temporary copy when it is busy (an enumeration started from
+    /// inside another's callback), or, with none cached, a new statement handed to `cache`.
+    private func enumerationStatement(_ cached: SQLiteStatement?, table: String, sql: (String) -> String,
+                                      cache: (SQLiteStatement) -> Void) throws -> SQLiteStatement {
+        if let cached {
+            return cached.inUse ? try SQLiteStatement(db: connection.db, sql: cached.sql, persistent: false) : cached
+        }
+        let statement = try SQLiteStatement(db: connection.db, sql: sql(table))
+        cache(statement)
+        return statement
+    }
+
+    private func runEnumeration(_ statement: SQLiteStatement, _ run: (SQLiteStatement) throws -> Void) throws {
         statement.inUse = true
         connection.activeEnumerations += 1
         defer {
@@ -299,6 +354,23 @@ final class SQLiteTransaction: StorageWriter {
             connection.activeEnumerations -= 1
         }
         try run(statement)
+    }
+
+    /// The enumeration slot (0..<12) of a key range: lower bound or not (1), no/exclusive/
+    /// inclusive upper bound (0/2/4), ascending or descending (0/6); and its SQL over `table`
+    /// selecting `columns`.
+    private static func rangeShape(_ range: KeyRange, descending: Bool) -> Int {
+        (range.lowerBound == nil ? 0 : 1)
+            + (range.upperBound == nil ? 0 : (range.includesUpperBound ? 4 : 2))
+            + (descending ? 6 : 0)
+    }
+
+    private static func rangeSQL(_ table: String, columns: String, _ range: KeyRange, descending: Bool) -> String {
+        var conditions: [String] = []
+        if range.lowerBound != nil { conditions.append("key >= ?1") }
+        if range.upperBound != nil { conditions.append(range.includesUpperBound ? "key <= ?2" : "key < ?2") }
+        let filter = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
+        return "SELECT \(columns) FROM \(table)\(filter) ORDER BY key\(descending ? " DESC" : "")"
     }
 
     /// Reads the current row of a `SELECT seq, key, flags, version, body, extra` statement.
@@ -338,17 +410,9 @@ final class SQLiteTransaction: StorageWriter {
                    _ body: (Record) throws -> Bool) throws {
         try checkValid()
         guard let table = try table(keyspace, create: false) else { return }
-        // 12 shapes: lower bound or not (1), no/exclusive/inclusive upper bound (0/2/4),
-        // ascending or descending (0/6).
-        let shape = (range.lowerBound == nil ? 0 : 1)
-            + (range.upperBound == nil ? 0 : (range.includesUpperBound ? 4 : 2))
-            + (descending ? 6 : 0)
+        let shape = Self.rangeShape(range, descending: descending)
         try enumerate(table, slot: shape, sql: { name in
-            var conditions: [String] = []
-            if range.lowerBound != nil { conditions.append("key >= ?1") }
-            if range.upperBound != nil { conditions.append(range.includesUpperBound ? "key <= ?2" : "key < ?2") }
-            let filter = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
-            return "SELECT \(SQLiteSchema.recordColumns) FROM \(name)\(filter) ORDER BY key\(descending ? " DESC" : "")"
+            Self.rangeSQL(name, columns: SQLiteSchema.recordColumns, range, descending: descending)
         }) { rows in
             if let lower = range.lowerBound { try rows.bindText(1, lower) }
             if let upper = range.upperBound { try rows.bindText(2, upper) }
@@ -488,6 +552,159 @@ final class SQLiteTransaction: StorageWriter {
             _ = try delete.step()
         }
         dirtyTables.removeAll { $0 === table }
+        changedSchema = true
+    }
+}
+
+// MARK: Ordered key sets
+
+extension SQLiteTransaction {
+    /// The table of key set `name`, or nil if it does not exist and `create` is false.
+    @inline(__always)
+    private func keySet(_ name: String, create: Bool) throws -> KeySetTable? {
+        if let recentKeySet, sameUTF8(recentKeySet.name, name) { return recentKeySet }
+        return try lookUpKeySet(name, create: create)
+    }
+
+    private func lookUpKeySet(_ name: String, create: Bool) throws -> KeySetTable? {
+        if let cached = connection.keySets[KeyspaceName(name)] {
+            recentKeySet = cached
+            return cached
+        }
+        let hasCatalog: Bool
+        if let known = connection.hasKeySetCatalog {
+            hasCatalog = known
+        } else {
+            hasCatalog = try connection.queryInteger(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'peersync_keysets'") ?? 0 > 0
+            connection.hasKeySetCatalog = hasCatalog
+        }
+        var found: KeySetTable?
+        if hasCatalog {
+            let lookup = try connection.cached("SELECT id FROM peersync_keysets WHERE name = ?1")
+            defer { lookup.reset() }
+            try lookup.bindText(1, name)
+            if try lookup.step() { found = KeySetTable(id: lookup.int64(0), name: name) }
+        }
+        if found == nil {
+            guard create else { return nil }
+            if !hasCatalog {
+                try connection.execute(SQLiteSchema.createKeySetCatalog)
+                connection.hasKeySetCatalog = true
+            }
+            let insert = try connection.cached("INSERT INTO peersync_keysets (name) VALUES (?1)")
+            do {
+                defer { insert.reset() }
+                try insert.bindText(1, name)
+                _ = try insert.step()
+            }
+            let table = KeySetTable(id: connection.lastInsertRowID, name: name)
+            try connection.execute(SQLiteSchema.createKeySetTable(table.table))
+            changedSchema = true
+            found = table
+        }
+        if connection.keySets.count >= Self.maxCachedTables { connection.keySets.removeAll() }
+        connection.keySets[KeyspaceName(name)] = found
+        recentKeySet = found
+        return found
+    }
+
+    func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
+        try checkValid()
+        guard let table = try self.keySet(keySet, create: false) else { return nil }
+        let select: SQLiteStatement
+        if let cached = table.get {
+            select = cached
+        } else {
+            select = try SQLiteStatement(db: connection.db, sql: "SELECT value FROM \(table.table) WHERE key = ?1")
+            table.get = select
+        }
+        var key = key
+        return try key.withUTF8 { keyBytes in
+            defer { select.reset() }
+            try select.bindTextNoCopy(1, keyBytes)
+            return try select.step() ? select.bytes(0) : nil
+        }
+    }
+
+    func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
+                          _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
+        try checkValid()
+        guard let table = try self.keySet(keySet, create: false) else { return }
+        let slot = Self.rangeShape(range, descending: descending)
+        let statement = try enumerationStatement(table.enumerations[slot], table: table.table, sql: { name in
+            Self.rangeSQL(name, columns: "key, value", range, descending: descending)
+        }, cache: { table.enumerations[slot] = $0 })
+        try runEnumeration(statement) { rows in
+            if let lower = range.lowerBound { try rows.bindText(1, lower) }
+            if let upper = range.upperBound { try rows.bindText(2, upper) }
+            while try rows.step() {
+                guard try body(rows.text(0), rows.bytes(1)) else { break }
+            }
+        }
+    }
+
+    func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
+        try checkWritable()
+        guard let table = try self.keySet(keySet, create: true) else {
+            throw PeerSyncError(.internalError, "key set was not created", context: ["keySet": keySet])
+        }
+        let insert: SQLiteStatement
+        if let cached = table.put {
+            insert = cached
+        } else {
+            // An upsert (as for records): no REPLACE conflict handling, no statement journal.
+            insert = try SQLiteStatement(db: connection.db, sql:
+                "INSERT INTO \(table.table) (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+            table.put = insert
+        }
+        var key = key
+        try key.withUTF8 { keyBytes in
+            try value.withUnsafeBytes { valueBytes in
+                defer { insert.reset() }
+                try insert.bindTextNoCopy(1, keyBytes)
+                try insert.bindBlobNoCopy(2, valueBytes)
+                _ = try insert.step()
+            }
+        }
+    }
+
+    @discardableResult
+    func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
+        try checkWritable()
+        guard let table = try self.keySet(keySet, create: false) else { return false }
+        let delete: SQLiteStatement
+        if let cached = table.remove {
+            delete = cached
+        } else {
+            delete = try SQLiteStatement(db: connection.db, sql: "DELETE FROM \(table.table) WHERE key = ?1")
+            table.remove = delete
+        }
+        var key = key
+        try key.withUTF8 { keyBytes in
+            defer { delete.reset() }
+            try delete.bindTextNoCopy(1, keyBytes)
+            _ = try delete.step()
+        }
+        return connection.changes > 0
+    }
+
+    func dropKeySet(_ keySet: String) throws {
+        try checkWritable()
+        guard connection.activeEnumerations == 0 else {
+            throw PeerSyncError(.storage, "dropKeySet cannot run inside an enumeration callback",
+                                context: ["keySet": keySet])
+        }
+        guard let table = try self.keySet(keySet, create: false) else { return }
+        connection.keySets[KeyspaceName(keySet)] = nil
+        recentKeySet = nil
+        try connection.execute("DROP TABLE \(table.table)")
+        let delete = try connection.cached("DELETE FROM peersync_keysets WHERE id = ?1")
+        do {
+            defer { delete.reset() }
+            try delete.bind(1, table.id)
+            _ = try delete.step()
+        }
         changedSchema = true
     }
 }

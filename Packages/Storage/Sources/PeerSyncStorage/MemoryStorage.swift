@@ -144,6 +144,8 @@ struct KeyspaceData: Sendable {
 /// A whole store: keyspaces by name (byte order, so `keyspaces()` comes out sorted).
 struct StoreData: Sendable {
     var keyspaces = PersistentSortedMap<ByteKey, KeyspaceData>()
+    /// Ordered key sets (``OrderedKeySets``): name → key → value, apart from the keyspaces.
+    var keySets = PersistentSortedMap<ByteKey, PersistentSortedMap<ByteKey, [UInt8]>>()
 
     // MARK: Reading
 
@@ -229,6 +231,40 @@ struct StoreData: Sendable {
     mutating func dropKeyspace(_ keyspace: String) {
         keyspaces.remove(ByteKey(keyspace))
     }
+
+    // MARK: Ordered key sets
+
+    func entry(_ key: String, inKeySet keySet: String) -> [UInt8]? {
+        keySets[ByteKey(keySet)]?[ByteKey(key)]
+    }
+
+    func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
+                          _ body: (String, [UInt8]) throws -> Bool) rethrows {
+        guard let set = keySets[ByteKey(keySet)] else { return }
+        let lower = range.lowerBound.map(ByteKey.init)
+        let upper = range.upperBound.map(ByteKey.init)
+        if let lower, let upper, upper < lower { return }
+        try set.forEach(from: lower, to: upper, upperInclusive: range.includesUpperBound,
+                        descending: descending) { key, value in try body(key.string, value) }
+    }
+
+    mutating func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) {
+        let name = ByteKey(keySet)
+        var set = keySets[name] ?? PersistentSortedMap()
+        set.set(value, for: ByteKey(key))
+        keySets.set(set, for: name)
+    }
+
+    mutating func removeEntry(_ key: String, inKeySet keySet: String) -> Bool {
+        let name = ByteKey(keySet)
+        guard var set = keySets[name], set.remove(ByteKey(key)) != nil else { return false }
+        keySets.set(set, for: name)
+        return true
+    }
+
+    mutating func dropKeySet(_ keySet: String) {
+        keySets.remove(ByteKey(keySet))
+    }
 }
 
 // MARK: - Reader and writer
@@ -249,6 +285,11 @@ struct MemoryReader: StorageReader {
         data.count(in: keyspace, includeDeleted: includeDeleted)
     }
     func lastSequence(in keyspace: String) throws -> UInt64 { data.lastSequence(in: keyspace) }
+    func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? { data.entry(key, inKeySet: keySet) }
+    func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
+                          _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
+        try data.enumerateEntries(inKeySet: keySet, range: range, descending: descending, body)
+    }
 }
 
 /// The writer of one transaction: works on a private copy of the store, which becomes the
@@ -310,5 +351,29 @@ final class MemoryWriter: StorageWriter {
     func dropKeyspace(_ keyspace: String) throws {
         try checkActive()
         data.dropKeyspace(keyspace)
+    }
+
+    func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
+        try checkActive()
+        return data.entry(key, inKeySet: keySet)
+    }
+    func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
+                          _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
+        try checkActive()
+        let snapshot = data   // O(1) copy: `body` may write
+        try snapshot.enumerateEntries(inKeySet: keySet, range: range, descending: descending, body)
+    }
+    func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
+        try checkActive()
+        data.putEntry(key, value: value, inKeySet: keySet)
+    }
+    @discardableResult
+    func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
+        try checkActive()
+        return data.removeEntry(key, inKeySet: keySet)
+    }
+    func dropKeySet(_ keySet: String) throws {
+        try checkActive()
+        data.dropKeySet(keySet)
     }
 }

@@ -102,6 +102,16 @@ public protocol StorageReader {
     /// The highest sequence ever assigned in the keyspace (0 if none); never decreases,
     /// not even after a purge.
     func lastSequence(in keyspace: String) throws -> UInt64
+
+    /// The value stored under `key` in the ordered key set `keySet`, or nil (see
+    /// ``StorageWriter/putEntry(_:value:inKeySet:)``). A missing key set reads as empty.
+    /// Optional for a backend: the default reads ``OrderedKeySets/fallbackKeyspace(for:)``.
+    func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]?
+    /// The entries of the ordered key set `keySet` whose keys lie in `range`, in key order
+    /// (reversed when `descending`), as `(key, value)`; `body` returns `false` to stop early.
+    /// Optional for a backend: the default enumerates ``OrderedKeySets/fallbackKeyspace(for:)``.
+    func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
+                          _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws
 }
 
 /// Write operations of a write transaction.
@@ -122,6 +132,19 @@ public protocol StorageWriter: StorageReader {
     /// Removes a keyspace with all its records and its sequence counter (a later write starts
     /// again at sequence 1). Dropping a keyspace that does not exist does nothing.
     func dropKeyspace(_ keyspace: String) throws
+
+    /// Stores `value` under `key` in the ordered key set `keySet` (created by its first entry),
+    /// replacing the value already there. See ``OrderedKeySets`` for what a key set is.
+    /// Optional for a backend: the default puts a record into
+    /// ``OrderedKeySets/fallbackKeyspace(for:)``.
+    func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws
+    /// Removes `key` from the ordered key set `keySet`; returns whether it was there.
+    /// Optional for a backend: the default purges it from ``OrderedKeySets/fallbackKeyspace(for:)``.
+    @discardableResult
+    func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool
+    /// Removes the ordered key set `keySet` with all its entries (a missing one: no-op).
+    /// Optional for a backend: the default drops ``OrderedKeySets/fallbackKeyspace(for:)``.
+    func dropKeySet(_ keySet: String) throws
 }
 
 /// An open store. See DESIGN.md, "Contracts": a transactional, ordered key-value record store
@@ -199,5 +222,67 @@ extension StorageReader {
     /// Every record of the keyspace in key order.
     public func enumerate(in keyspace: String, _ body: (Record) throws -> Bool) throws {
         try enumerate(in: keyspace, range: .all, descending: false, body)
+    }
+}
+
+/// Ordered key sets: the sequence-less kind of keyspace, for data that is only ever looked up
+/// and range-scanned by key, such as the entries of a database's value indexes.
+///
+/// A key set maps keys (strings, ordered and compared by their UTF-8 bytes, as record keys)
+/// to opaque values (bytes; empty is a value). It has no sequences, no flags, no tombstones,
+/// no changes feed and no count: only ``StorageReader/entry(_:inKeySet:)``,
+/// ``StorageReader/enumerateEntries(inKeySet:range:descending:_:)``,
+/// ``StorageWriter/putEntry(_:value:inKeySet:)``, ``StorageWriter/removeEntry(_:inKeySet:)``
+/// and ``StorageWriter/dropKeySet(_:)``. Key sets live in their own namespace, apart from
+/// keyspaces: a key set and a keyspace of the same name are unrelated. They take part in
+/// transactions exactly as keyspaces do (snapshots, rollback, durability, other processes).
+///
+/// So a backend can store an entry as one B-tree row keyed by its key (SQLite: a
+/// `WITHOUT ROWID` table), where a keyspace record also carries a sequence and its index.
+///
+/// **A backend need not implement key sets.** The protocols' default implementations store a
+/// key set `name` as the ordinary keyspace ``fallbackKeyspace(for:)`` (`"keyset:" + name`):
+/// an entry is a record with that key and the value as its body. Such a backend is correct,
+/// only not faster; those keyspaces show in ``StorageReader/keyspaces()``, so its users must
+/// not name a keyspace of their own `keyset:…`. A backend that implements key sets must
+/// implement all five methods, and must not switch between the two for an existing store (the
+/// entries written one way are not read the other). `StorageConformanceSuite`'s case
+/// `orderedKeySets` checks either.
+public enum OrderedKeySets {
+    /// The ordinary keyspace that holds key set `keySet` in a backend without native key sets.
+    public static func fallbackKeyspace(for keySet: String) -> String { "keyset:" + keySet }
+}
+
+extension StorageReader {
+    /// The fallback: the body of record `key` of ``OrderedKeySets/fallbackKeyspace(for:)``.
+    public func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
+        try get(key, in: OrderedKeySets.fallbackKeyspace(for: keySet))?.body
+    }
+
+    /// The fallback: the records of ``OrderedKeySets/fallbackKeyspace(for:)`` in `range`, as
+    /// `(key, body)`.
+    public func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
+                                 _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
+        try enumerate(in: OrderedKeySets.fallbackKeyspace(for: keySet), range: range, descending: descending) { record in
+            try body(record.key, record.body)
+        }
+    }
+}
+
+extension StorageWriter {
+    /// The fallback: a record `key` with body `value` in ``OrderedKeySets/fallbackKeyspace(for:)``.
+    public func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
+        try put(Record(key: key, body: value), in: OrderedKeySets.fallbackKeyspace(for: keySet))
+    }
+
+    /// The fallback: purges record `key` of ``OrderedKeySets/fallbackKeyspace(for:)``.
+    @discardableResult
+    public func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
+        try purge(key, in: OrderedKeySets.fallbackKeyspace(for: keySet))
+    }
+
+    /// The fallback: drops ``OrderedKeySets/fallbackKeyspace(for:)``.
+    public func dropKeySet(_ keySet: String) throws {
+        try dropKeyspace(OrderedKeySets.fallbackKeyspace(for: keySet))
     }
 }

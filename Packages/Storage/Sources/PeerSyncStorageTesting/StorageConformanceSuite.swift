@@ -181,6 +181,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "twoHandlesOneProcess", needsMultiProcess: false, body: LifecycleCases.twoHandlesOneProcess),
         ConformanceCase(name: "busyTimeout", needsMultiProcess: false, body: TransactionCases.busyTimeout),
         ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
+        ConformanceCase(name: "orderedKeySets", needsMultiProcess: false, body: KeySetCases.orderedKeySets),
         ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
         ConformanceCase(name: "childKilledMidWrite", needsMultiProcess: true, body: MultiProcessCases.childKilledMidWrite),
         ConformanceCase(name: "readersDoNotWaitForAnotherProcessWriting", needsMultiProcess: true,

@@ -1,0 +1,162 @@
+import PeerSyncCore
+import PeerSyncStorage
+
+/// Ordered key sets (`OrderedKeySets`): a backend's own implementation or the protocols'
+/// default one over a keyspace; either must pass.
+enum KeySetCases {
+    static func orderedKeySets(_ t: CaseContext) throws {
+        let directory = t.directory()
+        let store = try t.open(directory, options: StorageOptions(busyTimeout: .seconds(20)))
+
+        // Missing key sets read as empty; removing from or dropping one does nothing.
+        try store.read { r in
+            try t.checkEqual(try r.entry("a", inKeySet: "set"), nil, "entry of a missing key set")
+            try t.checkEqual(try entryKeys(r, "set"), [], "enumeration of a missing key set")
+        }
+        try store.write { w in
+            try t.checkEqual(try w.removeEntry("a", inKeySet: "set"), false, "removeEntry in a missing key set")
+            try w.dropKeySet("set")
+        }
+
+        // Round trip, empty and binary values, replace, remove; a keyspace of the same name is
+        // another thing.
+        let binary = (0...255).map { UInt8($0) }
+        let keys = ["a", "a1", "a2", "ab", "b", "ba", "c", "d"]
+        try store.write { w in
+            for key in keys.reversed() { try w.putEntry(key, value: key.bytes, inKeySet: "set") }
+            try w.putEntry("empty", value: [], inKeySet: "other")
+            try w.putEntry("binary", value: binary, inKeySet: "other")
+            try w.put(Record(key: "a", body: "record".bytes), in: "set")
+            try w.putEntry("c", value: "c2".bytes, inKeySet: "set")
+            try t.checkEqual(try w.entry("c", inKeySet: "set"), "c2".bytes, "the writer sees its replace")
+            try t.checkEqual(try w.removeEntry("x", inKeySet: "set"), false, "removeEntry of a missing key")
+        }
+        try store.read { r in
+            try t.checkEqual(try r.entry("a", inKeySet: "set"), "a".bytes, "entry a")
+            try t.checkEqual(try r.entry("c", inKeySet: "set"), "c2".bytes, "a replaced entry")
+            try t.checkEqual(try r.entry("x", inKeySet: "set"), nil, "a missing key")
+            try t.checkEqual(try r.entry("empty", inKeySet: "other"), [], "an empty value is a value")
+            try t.checkBytes(try r.entry("binary", inKeySet: "other"), binary, "every byte value")
+            try t.checkEqual(try r.entry("empty", inKeySet: "set"), nil, "key sets are separate")
+            try t.checkEqual(try r.get("a", in: "set")?.body, "record".bytes, "the keyspace of the same name")
+            try t.checkEqual(try r.count(in: "set", includeDeleted: true), 1, "the keyspace holds its own record only")
+            try t.checkEqual(try entryKeys(r, "set"), keys, "all keys")
+        }
+
+        // Ranges: every combination of bounds against KeyRange.contains, both directions.
+        try store.read { r in
+            let bounds: [String?] = [nil, "", "a", "a0", "a1", "ab", "abc", "b", "c", "d", "e", "\u{7F}"]
+            for lower in bounds {
+                for upper in bounds {
+                    for inclusive in [false, true] {
+                        let range = KeyRange(from: lower, to: upper, includesUpperBound: inclusive)
+                        let expected = keys.filter(range.contains)
+                        let name = "\(brief(lower)) ..\(inclusive ? "." : "<") \(brief(upper))"
+                        try t.checkEqual(try entryKeys(r, "set", range: range), expected, "key set range \(name)")
+                        try t.checkEqual(try entryKeys(r, "set", range: range, descending: true), expected.reversed(),
+                                         "key set range \(name), descending")
+                    }
+                }
+            }
+            for (range, expected) in [(KeyRange.prefix("a"), ["a", "a1", "a2", "ab"]), (.prefix("b"), ["b", "ba"])] {
+                try t.checkEqual(try entryKeys(r, "set", range: range), expected, "prefix \(brief(range.lowerBound))")
+            }
+            var pairs: [String] = []
+            try r.enumerateEntries(inKeySet: "set", range: .all, descending: false) { key, value in
+                pairs.append(key + "=" + String(decoding: value, as: UTF8.self))
+                return pairs.count < 3
+            }
+            try t.checkEqual(pairs, ["a=a", "a1=a1", "a2=a2"], "values in the enumeration, stopping after 3")
+            do {
+                try r.enumerateEntries(inKeySet: "set", range: .all, descending: true) { _, _ in throw IntentionalRollback(tag: 3) }
+                throw t.failure("an error thrown by the enumeration body was swallowed", file: #fileID, line: #line)
+            } catch let error as IntentionalRollback {
+                try t.checkEqual(error, IntentionalRollback(tag: 3), "error rethrown from the enumeration body")
+            }
+        }
+
+        // UTF-8 byte order (not UTF-16, not Unicode collation); canonically equivalent keys
+        // are distinct.
+        let unicode = ["z", "\u{7F}", "é", "e\u{301}", "\u{FFFD}", "\u{FF5E}", "\u{1F600}", "\u{10000}", "A", "a\u{0}"]
+        try store.write { w in
+            for (i, key) in unicode.enumerated() { try w.putEntry(key, value: [UInt8(i)], inKeySet: "unicode") }
+        }
+        try store.read { r in
+            try t.checkEqual(try entryKeys(r, "unicode"), unicode.sorted(by: byteOrder), "UTF-8 byte order")
+            try t.checkEqual(try r.entry("é", inKeySet: "unicode"), [2], "precomposed é")
+            try t.checkEqual(try r.entry("e\u{301}", inKeySet: "unicode"), [3], "decomposed é")
+        }
+
+        // Rollback: puts, removes and drops of a transaction that throws leave nothing.
+        do {
+            try store.write { w in
+                try w.putEntry("new", value: "n".bytes, inKeySet: "set")
+                try w.removeEntry("a", inKeySet: "set")
+                try w.dropKeySet("other")
+                try w.putEntry("k", value: [], inKeySet: "created")
+                try t.checkEqual(try w.entry("a", inKeySet: "set"), nil, "the writer sees its remove")
+                try t.checkEqual(try w.entry("binary", inKeySet: "other"), nil, "the writer sees its drop")
+                throw IntentionalRollback(tag: 1)
+            }
+            throw t.failure("the write did not rethrow", file: #fileID, line: #line)
+        } catch let error as IntentionalRollback {
+            try t.checkEqual(error, IntentionalRollback(tag: 1), "error rethrown")
+        }
+        try store.read { r in
+            try t.checkEqual(try entryKeys(r, "set"), keys, "a rolled-back transaction left the key set as it was")
+            try t.checkBytes(try r.entry("binary", inKeySet: "other"), binary, "a rolled-back drop")
+            try t.checkEqual(try entryKeys(r, "created"), [], "a rolled-back key set creation")
+        }
+
+        // A reader keeps its snapshot while another thread commits.
+        try store.read { r in
+            try t.checkEqual(try r.entry("a", inKeySet: "set"), "a".bytes, "the reader's first read")
+            let writer = CaseThread(name: "keyset-writer") {
+                try store.write { w in
+                    try w.putEntry("a", value: "a2".bytes, inKeySet: "set")
+                    try w.removeEntry("b", inKeySet: "set")
+                    try w.putEntry("e", value: [], inKeySet: "set")
+                }
+            }
+            try t.join(writer, "a writer committing while a reader is open")
+            try t.checkEqual(try r.entry("a", inKeySet: "set"), "a".bytes, "the reader still sees the old value")
+            try t.checkEqual(try entryKeys(r, "set"), keys, "the reader's enumeration")
+        }
+        let committed = ["a", "a1", "a2", "ab", "ba", "c", "d", "e"]
+
+        // Drop: gone, the keyspace of the same name stays; re-created empty. Reopen keeps the rest.
+        try store.write { w in
+            try w.dropKeySet("unicode")
+            try w.dropKeySet("set")
+            try w.putEntry("after", value: [1], inKeySet: "set")
+            try w.putEntry("a", value: "a2".bytes, inKeySet: "kept")
+        }
+        try store.read { r in
+            try t.checkEqual(try entryKeys(r, "unicode"), [], "a dropped key set")
+            try t.checkEqual(try entryKeys(r, "set"), ["after"], "a key set re-created after its drop")
+            try t.checkEqual(try r.get("a", in: "set")?.body, "record".bytes, "dropping a key set keeps the keyspace")
+        }
+        try store.write { w in
+            for key in committed { try w.putEntry(key, value: key.bytes, inKeySet: "kept") }
+            try w.dropKeyspace("set")
+        }
+        try store.close()
+        let reopened = try t.open(directory)
+        try reopened.read { r in
+            try t.checkEqual(try entryKeys(r, "kept"), committed, "key set entries after reopening")
+            try t.checkEqual(try r.entry("d", inKeySet: "kept"), "d".bytes, "a value after reopening")
+            try t.checkEqual(try entryKeys(r, "set"), ["after"], "dropping a keyspace keeps the key set")
+            try t.checkBytes(try r.entry("binary", inKeySet: "other"), binary, "binary value after reopening")
+        }
+    }
+
+    private static func entryKeys(_ reader: any StorageReader, _ keySet: String, range: KeyRange = .all,
+                                  descending: Bool = false) throws -> [String] {
+        var keys: [String] = []
+        try reader.enumerateEntries(inKeySet: keySet, range: range, descending: descending) { key, _ in
+            keys.append(key)
+            return true
+        }
+        return keys
+    }
+}
