@@ -247,7 +247,8 @@ enum QueryExplainer {
         }
         if let h = plan.having { lines.append("HAVING \(SQLPrinter.expression(h))") }
         if plan.distinct { lines.append("DISTINCT") }
-        if !plan.orderBy.isEmpty {
+        // An index read in the ORDER BY order (its line says "ORDER BY FROM THE INDEX") is not sorted again.
+        if !plan.orderBy.isEmpty && access.order == nil {
             lines.append("SORT BY " + plan.orderBy.map { SQLPrinter.expression($0.expression) + ($0.descending ? " DESC" : "") }
                 .joined(separator: ", "))
         }

@@ -57,6 +57,9 @@ import Testing
                 let query = try db.createQuery(sql)
                 let explain = try await query.explain()
                 #expect(explain.contains("; COVERING INDEX (values read from the index, no document fetched)"), "\(sql)\n\(explain)")
+                // An ORDER BY is either read from the index or sorted, and the plan says which, once.
+                #expect(!sql.contains("ORDER BY") || explain.contains("ORDER BY FROM THE INDEX") != explain.contains("SORT BY"),
+                        "\(sql)\n\(explain)")
                 #expect(try await rows(query) == (try await scanned(db, sql, collection: "plain")), "\(sql)")
             }
             // Anything else read, or meta() beyond the ID: documents are fetched.
