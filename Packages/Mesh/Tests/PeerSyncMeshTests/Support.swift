@@ -207,17 +207,9 @@ final class TestMesh: Sendable {
         }
     }
 
-    /// Whether every peer in `subset` (default all) holds the same documents and revisions.
-    func converged(_ subset: [MeshPeer]? = nil, expecting count: Int? = nil) async throws -> Bool {
-        let peers = subset ?? self.peers
-        guard let first = try await peers.first?.snapshot() else { return true }
-        if let count, first.count != count { return false }
-        for peer in peers.dropFirst() where try await peer.snapshot() != first { return false }
-        return true
-    }
-
-    /// Waits for ``converged(_:expecting:)`` for as long as replication makes progress, and
-    /// returns whether the peers converged. It gives up when no peer's documents changed for
+    /// Waits until every peer in `subset` (default all) holds the same documents and revisions
+    /// (`count` of them, if given), for as long as replication makes progress, and returns
+    /// whether the peers converged. It gives up when no peer's documents changed for
     /// `stallLimit` (stretched by ``slowFactor``) — a stalled replication, which is what these
     /// tests must catch — or after four times `stallLimit` in all (peers that keep changing
     /// without settling, e.g. revision IDs swapping around a cycle of links).

@@ -111,7 +111,13 @@ func sameUTF8(_ a: String, _ b: String) -> Bool {
 
 /// One keyspace's table as seen by one connection, with that connection's prepared
 /// statements for it. Owned by ``SQLiteConnection/tables`` (same thread-safety discipline).
-final class KeyspaceTable {
+/// A table of the store with statements cached for it (a keyspace's or a key set's).
+protocol NamedSQLiteTable: AnyObject {
+    /// The SQL name of the table.
+    var table: String { get }
+}
+
+final class KeyspaceTable: NamedSQLiteTable {
     let id: Int64
     let name: String
     let table: String
@@ -145,7 +151,7 @@ final class KeyspaceTable {
 
 /// One ordered key set's `WITHOUT ROWID` table as seen by one connection, with that
 /// connection's prepared statements for it. Owned by ``SQLiteConnection/keySets``.
-final class KeySetTable {
+final class KeySetTable: NamedSQLiteTable {
     let id: Int64
     let name: String
     let table: String
@@ -314,9 +320,11 @@ final class SQLiteTransaction: StorageWriter {
         }
     }
 
+    /// The statement cached in `slot` of `table` (a keyspace's or a key set's), prepared from
+    /// `sql` over the table's name and cached on first use.
     @inline(__always)
-    private func statement(_ slot: ReferenceWritableKeyPath<KeyspaceTable, SQLiteStatement?>,
-                           of table: KeyspaceTable, _ sql: (String) -> String) throws -> SQLiteStatement {
+    private func statement<Table: NamedSQLiteTable>(_ slot: ReferenceWritableKeyPath<Table, SQLiteStatement?>,
+                                                    of table: Table, _ sql: (String) -> String) throws -> SQLiteStatement {
         if let statement = table[keyPath: slot] { return statement }
         let statement = try SQLiteStatement(db: connection.db, sql: sql(table.table))
         table[keyPath: slot] = statement
@@ -612,13 +620,7 @@ extension SQLiteTransaction {
     func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
         try checkValid()
         guard let table = try self.keySet(keySet, create: false) else { return nil }
-        let select: SQLiteStatement
-        if let cached = table.get {
-            select = cached
-        } else {
-            select = try SQLiteStatement(db: connection.db, sql: "SELECT value FROM \(table.table) WHERE key = ?1")
-            table.get = select
-        }
+        let select = try statement(\.get, of: table) { "SELECT value FROM \($0) WHERE key = ?1" }
         var key = key
         return try key.withUTF8 { keyBytes in
             defer { select.reset() }
@@ -649,14 +651,9 @@ extension SQLiteTransaction {
         guard let table = try self.keySet(keySet, create: true) else {
             throw PeerSyncError(.internalError, "key set was not created", context: ["keySet": keySet])
         }
-        let insert: SQLiteStatement
-        if let cached = table.put {
-            insert = cached
-        } else {
-            // An upsert (as for records): no REPLACE conflict handling, no statement journal.
-            insert = try SQLiteStatement(db: connection.db, sql:
-                "INSERT INTO \(table.table) (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-            table.put = insert
+        // An upsert (as for records): no REPLACE conflict handling, no statement journal.
+        let insert = try statement(\.put, of: table) {
+            "INSERT INTO \($0) (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         }
         var key = key
         try key.withUTF8 { keyBytes in
@@ -673,13 +670,7 @@ extension SQLiteTransaction {
     func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
         try checkWritable()
         guard let table = try self.keySet(keySet, create: false) else { return false }
-        let delete: SQLiteStatement
-        if let cached = table.remove {
-            delete = cached
-        } else {
-            delete = try SQLiteStatement(db: connection.db, sql: "DELETE FROM \(table.table) WHERE key = ?1")
-            table.remove = delete
-        }
+        let delete = try statement(\.remove, of: table) { "DELETE FROM \($0) WHERE key = ?1" }
         var key = key
         try key.withUTF8 { keyBytes in
             defer { delete.reset() }
