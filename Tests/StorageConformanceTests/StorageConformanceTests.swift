@@ -35,7 +35,7 @@ enum ConformanceBackends {
         switch name {
         case "memory":
             let memory = MemoryStorageBackend()
-            return StorageConformanceSuite(backend: memory, capabilities: .init(multiProcess: false),
+            return StorageConformanceSuite(backend: memory, capabilities: .init(multiProcess: false, readsWithoutWaiting: true),
                                            removeStore: { memory.removeStore(in: $0) })
         case "memory-without-key-sets":
             let backend = WithoutKeySetsBackend()
@@ -43,12 +43,12 @@ enum ConformanceBackends {
                                            removeStore: { backend.removeStore(in: $0) })
         #if SQLite && canImport(PeerSyncSQLite)
         case "sqlite":
-            return StorageConformanceSuite(backend: SQLiteStorageBackend(), capabilities: .init(multiProcess: true),
+            return StorageConformanceSuite(backend: SQLiteStorageBackend(), capabilities: .init(multiProcess: true, readsWithoutWaiting: true),
                                            childLauncher: childLauncher(backend: name))
         #endif
         #if LMDB && canImport(PeerSyncLMDB)
         case "lmdb":
-            return StorageConformanceSuite(backend: LMDBStorageBackend(), capabilities: .init(multiProcess: true),
+            return StorageConformanceSuite(backend: LMDBStorageBackend(), capabilities: .init(multiProcess: true, readsWithoutWaiting: true),
                                            childLauncher: childLauncher(backend: name))
         #endif
         default:

@@ -72,6 +72,19 @@ extension Database {
         try await onReader { storage in try storage.read(body) }
     }
 
+    /// Runs `body` in a read transaction on the CALLING thread if the storage can start one
+    /// without waiting (``Storage/readWithoutWaiting(_:)``); nil, without calling `body`, when
+    /// it cannot (the caller then uses ``read(_:)``). Counted in `readsInFlight` as any read,
+    /// so ``close()`` waits for it; throws `.closed` at once if the database is closed.
+    ///
+    /// For short reads called from a task: the storage never sleeps or waits in it, so it is
+    /// CPU work on the cooperative pool, not blocking (see "Concurrency" in the README).
+    func readWithoutWaiting<R>(_ body: (any StorageReader) throws -> R) throws -> R? {
+        let storage = try beginRead()
+        defer { readsInFlight.leave() }
+        return try storage.readWithoutWaiting(body)
+    }
+
     /// The open storage, with the read counted in `readsInFlight`. Entering the group under
     /// `state`'s lock means no read can start after ``close()`` took the storage away, so
     /// `close()`'s wait on the group covers every read that got the storage.

@@ -215,6 +215,49 @@ extension Database {
     }
 }
 
+extension Database {
+    /// ``inReadBatch(_:)`` for a SHORT read (a query's run): `body` runs on the calling
+    /// thread when the storage can begin the read transaction without waiting
+    /// (``Storage/readWithoutWaiting(_:)``: LMDB and in-memory snapshots never wait; SQLite
+    /// only on an idle reader connection and while no lock is in the way), else on a reader
+    /// thread exactly as ``inReadBatch(_:)`` does. Either way `body` runs once, against a
+    /// snapshot that includes every write that returned before this call and no write in
+    /// progress. After a read on the calling thread the task yields (`Task.yield()`), so a
+    /// loop of such reads lets the other tasks of its executor run as a loop of hops does.
+    ///
+    /// Isolation: a read. `body` must be short, synchronous CPU work over the transaction
+    /// (it may run on Swift's cooperative pool): it must not block, wait for another thread,
+    /// or call back into the database's async API. Errors `body` throws are rethrown.
+    @_spi(Indexing)
+    public func inShortReadBatch<R: Sendable>(_ body: sending @escaping (DatabaseReadTransaction) throws -> R) async throws -> R {
+        let box = UncheckedBox(body)
+        let inline = Result {
+            try readWithoutWaiting { reader in
+                let transaction = DatabaseReadTransaction(reader: reader, database: self)
+                defer { transaction.invalidate() }
+                return try box.value(transaction)
+            }
+        }
+        switch inline {
+        case .success(let value?):
+            // It ran here: let the executor's other tasks run, as they would while a reader
+            // thread did this read.
+            await Task.yield()
+            return value
+        case .failure(let error):
+            await Task.yield()
+            throw error
+        case .success(nil):
+            break   // the storage would have had to wait: hop
+        }
+        return try await read { reader in
+            let transaction = DatabaseReadTransaction(reader: reader, database: self)
+            defer { transaction.invalidate() }
+            return try box.value(transaction)
+        }
+    }
+}
+
 extension Collection {
     /// The stored body of one revision as canonical JSON bytes, not parsed (nil if the
     /// revision is unknown or its body was dropped). See ``RevisionBodyData``.

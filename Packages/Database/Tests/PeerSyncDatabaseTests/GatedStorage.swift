@@ -56,27 +56,58 @@ final class Gates: Sendable {
 struct GatedBackend: StorageBackend {
     let inner: any StorageBackend
     let gates = Gates()
+    let inlineReads = InlineReadCounts()
 
     var name: String { inner.name }
     func open(directory: String, options: StorageOptions) throws -> any Storage {
-        GatedStorage(inner: try inner.open(directory: directory, options: options), gates: gates)
+        GatedStorage(inner: try inner.open(directory: directory, options: options), gates: gates, inlineReads: inlineReads)
     }
     func hasStore(in directory: String) -> Bool { inner.hasStore(in: directory) }
+}
+
+/// What ``GatedStorage/readWithoutWaiting(_:)`` did: reads run on the caller's thread, and
+/// declines (the inner storage's, or forced by ``declineAll``).
+final class InlineReadCounts: Sendable {
+    private let counts = LockedValue((ran: 0, declined: 0))
+    private let declining = LockedValue(false)
+    /// Reads `readWithoutWaiting` ran.
+    var ran: Int { counts.withLock { $0.ran } }
+    /// Calls it declined (nil).
+    var declined: Int { counts.withLock { $0.declined } }
+    /// When true, every call declines, as a storage whose lock is held would.
+    var declineAll: Bool {
+        get { declining.withLock { $0 } }
+        set { declining.withLock { $0 = newValue } }
+    }
+    func count(ran: Bool) { counts.withLock { ran ? ($0.ran += 1) : ($0.declined += 1) } }
 }
 
 final class GatedStorage: Storage {
     let inner: any Storage
     let gates: Gates
+    let inlineReads: InlineReadCounts
 
-    init(inner: any Storage, gates: Gates) {
+    init(inner: any Storage, gates: Gates, inlineReads: InlineReadCounts) {
         self.inner = inner
         self.gates = gates
+        self.inlineReads = inlineReads
     }
 
     var backendName: String { inner.backendName }
     var directory: String { inner.directory }
     func read<R>(_ body: (any StorageReader) throws -> R) throws -> R {
         try inner.read { reader in try body(GatedReader(inner: reader, gates: gates)) }
+    }
+    /// The inner storage's, counted in ``InlineReadCounts`` (gates stop these reads too: a
+    /// test arms them only for reads it runs on reader threads).
+    func readWithoutWaiting<R>(_ body: (any StorageReader) throws -> R) throws -> R? {
+        if inlineReads.declineAll {
+            inlineReads.count(ran: false)
+            return nil
+        }
+        let result = try inner.readWithoutWaiting { reader in try body(GatedReader(inner: reader, gates: gates)) }
+        inlineReads.count(ran: result != nil)
+        return result
     }
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R { try inner.write(body) }
     func close() throws { try inner.close() }
@@ -116,6 +147,13 @@ func startHeldRead(of id: String, in collection: Collection, gates: Gates) async
 /// and the gates, then closes and deletes it all (also when `body` throws).
 func withGatedDatabase(_ backend: Backend, maximumReaderCount: Int = 4,
                        _ body: (Database, Gates) async throws -> Void) async throws {
+    try await withGatedDatabase(backend, maximumReaderCount: maximumReaderCount) { db, gates, _ in try await body(db, gates) }
+}
+
+/// ``withGatedDatabase(_:maximumReaderCount:_:)`` that also hands `body` the counts of the
+/// storage's reads on the caller's thread.
+func withGatedDatabase(_ backend: Backend, maximumReaderCount: Int = 4,
+                       _ body: (Database, Gates, InlineReadCounts) async throws -> Void) async throws {
     let dir = try TempDirectory()
     defer { dir.remove() }
     let gated = GatedBackend(inner: backend.make())
@@ -124,7 +162,7 @@ func withGatedDatabase(_ backend: Backend, maximumReaderCount: Int = 4,
     config.maximumReaderCount = maximumReaderCount
     let database = try await Database(name: "test", config: config)
     do {
-        try await body(database, gated.gates)
+        try await body(database, gated.gates, gated.inlineReads)
     } catch {
         try? await database.close()
         throw error

@@ -322,6 +322,33 @@ final class LMDBEnvironment: @unchecked Sendable {
         throw PeerSyncError(.storage, "the LMDB map kept being resized by another process", context: ["directory": directory])
     }
 
+    /// ``beginRead(_:)`` without waiting: nil when the gate is held or wanted exclusively (a
+    /// map resize or close in this process), when another process grew the map (adopting its
+    /// size needs the gate exclusively) or when LMDB's reader table is full. On success the
+    /// gate is held shared (the transaction releases it when it ends). `MDB_NOTLS` (see
+    /// ``EnvHandle/open(durable:)``) lets the read transaction live on any thread, also a
+    /// cooperative one, for the one synchronous call that uses it.
+    func beginReadWithoutWaiting() throws(PeerSyncError) -> TxnHandle? {
+        guard gate.tryLockShared() else { return nil }
+        if let failure {
+            gate.unlockShared()
+            throw failure
+        }
+        guard handle.isOpen else {
+            gate.unlockShared()
+            throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
+        }
+        do {
+            return try handle.beginTransaction(readOnly: true)
+        } catch where error.code == .lmdbMapResized || error.code == .busy {
+            gate.unlockShared()
+            return nil
+        } catch {
+            gate.unlockShared()
+            throw error
+        }
+    }
+
     /// Begins the write transaction. The caller holds ``writerLock`` and ``fileLock``; on
     /// success the gate is held shared (the transaction releases it). Grows the map first when
     /// it is more than half used, so that most transactions never hit `MDB_MAP_FULL`.

@@ -109,6 +109,18 @@ final class LMDBStorage: Storage {
         return try body(transaction)
     }
 
+    /// See ``Storage/readWithoutWaiting(_:)``: an LMDB read transaction never waits for a
+    /// writer (MVCC); only this process's gate (a map resize or close) and a full reader table
+    /// can make it wait, and then this returns nil (see
+    /// ``LMDBEnvironment/beginReadWithoutWaiting()``).
+    func readWithoutWaiting<R>(_ body: (any StorageReader) throws -> R) throws -> R? {
+        try checkOpen()
+        guard let txn = try environment.beginReadWithoutWaiting() else { return nil }
+        let transaction = LMDBTransaction(env: environment, txn: txn, isWrite: false, busyTimeout: options.busyTimeout)
+        defer { transaction.end() }
+        return try body(transaction)
+    }
+
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R {
         try checkOpen()
         let deadline = Deadline(options.busyTimeout)

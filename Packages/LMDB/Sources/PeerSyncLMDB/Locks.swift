@@ -79,6 +79,24 @@ final class TransactionGate: @unchecked Sendable {
         sharedCount += 1
     }
 
+    /// ``lockShared(_:directory:)`` without waiting: false (not holding the gate) when an
+    /// exclusive holder or waiter (a map resize, close) is in the way. The condition's mutex is
+    /// only ever held for a few instructions.
+    func tryLockShared() -> Bool {
+        let me = Self.currentThread()
+        condition.lock()
+        defer { condition.unlock() }
+        if let held = holders[me], held > 0 {
+            holders[me] = held + 1
+            sharedCount += 1
+            return true
+        }
+        if exclusive || exclusiveWaiters > 0 { return false }
+        holders[me] = 1
+        sharedCount += 1
+        return true
+    }
+
     func unlockShared() {
         let me = Self.currentThread()
         condition.lock()

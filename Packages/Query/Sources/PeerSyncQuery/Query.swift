@@ -6,7 +6,8 @@ import PeerSyncCore
 /// `having`, `orderBy`, `limit`) return a new query and leave this one unchanged.
 ///
 /// Running it (``execute()``) reads the collection inside one read transaction of the
-/// database (a consistent snapshot), on one of its reader threads: through a value index
+/// database (a consistent snapshot), on one of its reader threads — or, for a short run, on
+/// the calling task's thread (see ``execute()``): through a value index
 /// when one fits (see `Collection.createIndex(withName:config:)` and the package README), else
 /// by a scan in document-ID order; ``explain()`` says which.
 ///
@@ -26,6 +27,8 @@ public final class Query: Sendable, CustomStringConvertible {
     let planCache = PlanCache()
     /// What every run needs to know of the plan (AST.swift).
     let facts: PlanFacts
+    /// How long the last run's read took: decides whether the next may run inline.
+    let runTimes = QueryRunTimes()
 
     init(database: Database, collection: Collection?, plan: QueryPlan) {
         self.database = database
@@ -92,9 +95,12 @@ public final class Query: Sendable, CustomStringConvertible {
     /// (Couchbase Lite's API). To read a large result as it is consumed, holding one page of
     /// rows at a time, use ``resultStream(pageSize:)``.
     ///
-    /// Isolation: a read (see "Isolation" on `Database`): one read transaction on one of the
-    /// database's reader threads; the caller suspends until it is done. When that snapshot
-    /// shows a *stale* index of the collection (a process without this package changed
+    /// Isolation: a read (see "Isolation" on `Database`): one read transaction, on one of the
+    /// database's reader threads while the caller suspends — or, when this query's previous
+    /// run read for less than ``QueryRunTimes/inlineLimit`` and the storage can begin the read
+    /// without waiting, on the calling task's thread, followed by a `Task.yield()` (a short
+    /// index read costs less than the hop to a reader thread; the storage never blocks in it).
+    /// The rows and the snapshot are the same either way. When that snapshot shows a *stale* index of the collection (a process without this package changed
     /// documents, see the package README, "Indexes"), the query first rebuilds it in one write
     /// transaction, then runs in a new snapshot; a stale index is never read for a result.
     /// Errors: `.invalidQuery` for a collection that does not exist (SQL++, or a joined one),
@@ -110,7 +116,10 @@ public final class Query: Sendable, CustomStringConvertible {
         var rebuilt = false
         while true {
             let scanIfStale = rebuilt
-            let rows: [[JSONValue?]]? = try await database.inReadBatch { transaction in
+            let runTimes = self.runTimes
+            let read: @Sendable (DatabaseReadTransaction) throws -> [[JSONValue?]]? = { transaction in
+                let start = ContinuousClock.now
+                defer { runTimes.record(ContinuousClock.now - start) }
                 // The planner (Planner.swift) picks a value index or a scan from this snapshot; a
                 // query with joins scans its FROM collection (the planner reads one source's WHERE).
                 // Reading the index definitions is also the check that the collection exists
@@ -130,6 +139,11 @@ public final class Query: Sendable, CustomStringConvertible {
                     try scan.run(transaction, visit)
                 }
             }
+            // A run that was short last time runs on this thread if the storage can start its
+            // read without waiting (no hop to a reader thread and back); others hop.
+            let rows = runTimes.lastRunWasShort
+                ? try await database.inShortReadBatch(read)
+                : try await database.inReadBatch(read)
             if let rows { return ResultSet(columnNames: plan.columnNames, rows: rows) }
             try await QueryAccess.rebuildStaleIndexes(collection)
             rebuilt = true
@@ -257,5 +271,33 @@ enum QueryExplainer {
         lines.append("PROJECT " + zip(plan.columns, plan.columnNames).map { "\(SQLPrinter.expression($0.expression)) AS \($1)" }
             .joined(separator: ", "))
         return lines.joined(separator: "\n")
+    }
+}
+
+/// The duration of a query's last read, for choosing where its next run reads: a run whose
+/// read took less than ``inlineLimit`` last time is short enough for the caller's thread
+/// (`Database.inShortReadBatch`), a longer one (a scan, a large index range) hops to a
+/// reader thread. A query's first run hops. The choice is only where the same read runs: the
+/// rows and the snapshot are the same either way. Thread-safe.
+final class QueryRunTimes: Sendable {
+    /// Reads shorter than this may run on the calling thread next time (2 ms: a cooperative
+    /// thread held that long delays other tasks no more than any short computation).
+    static let inlineLimit: Duration = .milliseconds(2)
+
+    /// Nanoseconds of the last read; `Int64.max` before the first run.
+    private let lastNanoseconds = LockedValue<Int64>(.max)
+
+    /// Records a run's read time.
+    func record(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        let nanoseconds = seconds > 9_000_000_000 ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        lastNanoseconds.withLock { $0 = nanoseconds }
+    }
+
+    /// Whether the last run's read was shorter than ``inlineLimit``.
+    var lastRunWasShort: Bool {
+        let (seconds, attoseconds) = Self.inlineLimit.components
+        let limit = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        return lastNanoseconds.withLock { $0 } < limit
     }
 }

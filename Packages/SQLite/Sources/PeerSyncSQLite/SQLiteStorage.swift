@@ -198,6 +198,43 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
         }
     }
 
+    /// See ``Storage/readWithoutWaiting(_:)``: on an idle reader connection only (none is
+    /// opened here: that is file I/O), whose busy handler is switched off while the
+    /// transaction takes its snapshot (`BEGIN` and the first read, which takes the WAL read
+    /// lock), so a lock held elsewhere — WAL recovery, a connection in exclusive locking mode —
+    /// gives `SQLITE_BUSY` at once instead of a sleep: then nil, and `body` was not called.
+    /// Once the snapshot is had, a WAL reader takes no further lock, so `body` never meets the
+    /// busy handler.
+    func readWithoutWaiting<R>(_ body: (any StorageReader) throws -> R) throws -> R? {
+        try checkOpen()
+        guard let reader = readerPool.withLock({ $0.idle.popLast() }) else { return nil }
+        defer { checkIn(reader) }
+        reader.setBusyTimeout(milliseconds: 0)
+        do {
+            try reader.beginTransaction(immediate: false)
+        } catch let error as PeerSyncError where error.code == .busy {
+            reader.rollbackAfterFailure(forgetKeyspaces: false)
+            reader.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+            return nil
+        } catch {
+            reader.rollbackAfterFailure(forgetKeyspaces: false)
+            reader.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+            throw error
+        }
+        reader.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+        let transaction = SQLiteTransaction(connection: reader, writable: false)
+        do {
+            let result = try body(transaction)
+            transaction.invalidate()
+            try reader.commit()
+            return result
+        } catch {
+            transaction.invalidate()
+            reader.rollbackAfterFailure(forgetKeyspaces: false)
+            throw error
+        }
+    }
+
     private func checkIn(_ reader: SQLiteConnection) {
         let healthy = reader.isAutocommit
         let surplus: SQLiteConnection? = readerPool.withLock { pool in

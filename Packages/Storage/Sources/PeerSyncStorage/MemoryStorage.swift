@@ -109,6 +109,12 @@ public final class MemoryStorage: Storage {
         return try body(MemoryReader(data: snapshot))
     }
 
+    /// See ``Storage/readWithoutWaiting(_:)``: always runs `body` (a read takes the committed
+    /// tree's root under a mutex held only for that copy, and never waits for a writer).
+    public func readWithoutWaiting<R>(_ body: (any StorageReader) throws -> R) throws -> R? {
+        try read(body)
+    }
+
     /// See ``Storage/write(_:)``: waits up to ``StorageOptions/busyTimeout`` for the write lock
     /// (then `.busy`). Throws `.closed` after ``close()``.
     @discardableResult

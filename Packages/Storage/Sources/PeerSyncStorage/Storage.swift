@@ -151,7 +151,8 @@ public protocol StorageWriter: StorageReader {
 /// with named keyspaces and a per-keyspace sequence index.
 ///
 /// Threading: every method blocks the calling thread (disk I/O, locks held by other
-/// processes), so call them from a thread you own, not from Swift's cooperative pool.
+/// processes), so call them from a thread you own, not from Swift's cooperative pool — except
+/// ``readWithoutWaiting(_:)``, which never waits and gives up (nil) where ``read(_:)`` would.
 /// Instances are thread-safe, and ``read(_:)`` may run on several threads at once, each
 /// transaction on its own snapshot, none waiting for another: `PeerSyncDatabase` runs its
 /// writes on one queue and its reads on a pool of threads, several at once.
@@ -184,6 +185,30 @@ public protocol Storage: AnyObject, Sendable {
     func write<R>(_ body: (any StorageWriter) throws -> R) throws -> R
     /// Closes the store. Later calls throw `PeerSyncError.Code.closed`. Idempotent.
     func close() throws
+
+    /// ``read(_:)`` on the calling thread, but only if it can run without waiting: returns
+    /// nil, without calling `body`, when the read would have to wait for anything — a lock
+    /// held by another thread or process (SQLite's busy handler, a map resize), a free reader
+    /// connection, or a reader slot — and the caller then runs ``read(_:)`` on a thread of its
+    /// own instead. When it returns a value, `body` ran exactly once, against a snapshot with
+    /// the same guarantees as ``read(_:)``'s (every commit that returned before the call,
+    /// never an uncommitted change), and its error, if any, is rethrown.
+    ///
+    /// Threading: this is the one call that a caller may make from Swift's cooperative pool
+    /// (`PeerSyncDatabase` does, for short query reads), so an implementation must never
+    /// sleep, wait on a condition or lock that another thread may hold for long, or open
+    /// files; it may take a mutex that is only ever held for a few instructions. It may still
+    /// read pages from disk (a page-cache miss), as any computation may touch memory.
+    ///
+    /// Optional for a backend: the default returns nil every time (the caller always uses
+    /// ``read(_:)``), which is always correct. Errors: as ``read(_:)`` (`.closed` after
+    /// ``close()``), never `.busy` for a lock it would have waited for.
+    func readWithoutWaiting<R>(_ body: (any StorageReader) throws -> R) throws -> R?
+}
+
+extension Storage {
+    /// The default: never runs inline (nil), so the caller always uses ``read(_:)``.
+    public func readWithoutWaiting<R>(_ body: (any StorageReader) throws -> R) throws -> R? { nil }
 }
 
 /// Options for opening a store.

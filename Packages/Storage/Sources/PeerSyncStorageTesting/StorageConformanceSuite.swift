@@ -41,10 +41,16 @@ public struct StorageConformanceSuite: Sendable {
         /// Two processes can open the same directory at once and see each other's commits,
         /// with writers serialized across them. Required for the multi-process cases.
         public var multiProcess: Bool
+        /// The backend implements `Storage.readWithoutWaiting(_:)` (the default declines every
+        /// time): the case `readWithoutWaiting` then also requires it to run when nothing is in
+        /// its way (no other transaction open, after one `read` on the handle). Default false.
+        public var readsWithoutWaiting: Bool
 
-        /// `multiProcess`: the backend supports two processes on one store (the multi-process cases run).
-        public init(multiProcess: Bool) {
+        /// `multiProcess`: the backend supports two processes on one store (the multi-process
+        /// cases run); `readsWithoutWaiting`: see ``readsWithoutWaiting``.
+        public init(multiProcess: Bool, readsWithoutWaiting: Bool = false) {
             self.multiProcess = multiProcess
+            self.readsWithoutWaiting = readsWithoutWaiting
         }
     }
 
@@ -182,6 +188,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "busyTimeout", needsMultiProcess: false, body: TransactionCases.busyTimeout),
         ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
         ConformanceCase(name: "orderedKeySets", needsMultiProcess: false, body: KeySetCases.orderedKeySets),
+        ConformanceCase(name: "readWithoutWaiting", needsMultiProcess: false, body: InlineReadCases.readWithoutWaiting),
         ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
         ConformanceCase(name: "childKilledMidWrite", needsMultiProcess: true, body: MultiProcessCases.childKilledMidWrite),
         ConformanceCase(name: "readersDoNotWaitForAnotherProcessWriting", needsMultiProcess: true,
