@@ -4,14 +4,17 @@ import PeerSync
 import PeerSyncSQLiteBaseline
 #endif
 
-/// `peersync bench query [--docs 100000] [--repeat 3] [--backend sqlite|lmdb] [--json] [--streamed]`: the
+/// `peersync bench query [--docs 100000] [--repeat 3] [--backend sqlite|lmdb] [--json] [--streamed]
+/// [--upkeep-only plain|indexed|both]`: the
 /// same documents in our database and in a plain SQLite table (`SQLiteJSONDocuments`, the JSON
 /// as text) with expression indexes on `json_extract`; each query run in turns, ours then
 /// SQLite's, `--repeat` times (a query under ~20 ms timed over a batch of runs, the same batch
 /// for both); median (min–max) milliseconds per run and the ratio to SQLite.
 /// Index upkeep: a bulk insert with the indexes against the same insert without them, ours
 /// and SQLite's, `--repeat` rounds in turns, each into fresh stores; the ratio is per round.
-/// `--streamed`: ``StreamedQueryBenchmark`` instead.
+/// `--streamed`: ``StreamedQueryBenchmark`` instead. `--upkeep-only`: only our bulk inserts
+/// (without indexes, with them, or both), each round's seconds, no SQLite and no queries: a
+/// short run to profile the index upkeep.
 enum QueryBenchmark {
     struct Case {
         var name: String
@@ -51,7 +54,8 @@ enum QueryBenchmark {
             try await StreamedQueryBenchmark.child(directory: args[1], name: args[2], mode: args[3], backend: backend)
             return 0
         }
-        let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend"], flagOptions: ["json", "streamed"])
+        let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend", "upkeep-only"],
+                                   flagOptions: ["json", "streamed"])
         try parsed.expectPositionals(0)
         let docs = try parsed.int("docs") ?? 100_000
         let repeats = try parsed.int("repeat") ?? 3
@@ -113,6 +117,25 @@ enum QueryBenchmark {
         }
         var oursPlain: [Double] = [], oursIndexed: [Double] = [], sqlitePlain: [Double] = [], sqliteIndexed: [Double] = []
         var kept: (Database, SQLiteJSONDocuments)?
+        if let only = parsed.value("upkeep-only") {
+            // Only our bulk inserts, for profiling the upkeep: `plain`, `indexed` or `both`.
+            guard ["plain", "indexed", "both"].contains(only) else {
+                throw UsageError("--upkeep-only takes plain, indexed or both")
+            }
+            for round in 0..<repeats {
+                let folder = scratch + "/round\(round)"
+                try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+                var line = "round \(round):"
+                for indexed in [false, true] where only == "both" || (only == "indexed") == indexed {
+                    let (db, seconds) = try await loadOurs(folder, indexed ? "indexed" : "plain", indexed: indexed)
+                    try await db.close()
+                    line += String(format: " ours %@ %.3f s", indexed ? "with indexes" : "without", seconds)
+                }
+                print(line)
+                try FileManager.default.removeItem(atPath: folder)
+            }
+            return 0
+        }
         for round in 0..<repeats {
             let folder = scratch + "/round\(round)"
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)

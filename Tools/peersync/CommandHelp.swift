@@ -138,10 +138,12 @@ enum CommandHelp {
             """),
         Entry(name: "bench query", text: """
             bench query [--docs N] [--repeat R] [--backend sqlite|lmdb] [--json] [--streamed]
+                        [--upkeep-only plain|indexed|both]
                                  indexed and scanned queries and index upkeep, beside SQLite's JSON
                                  functions with json_extract expression indexes on the same documents;
                                  --streamed: memory of reading every row of N and 4N documents,
-                                 resultStream() against execute()
+                                 resultStream() against execute(); --upkeep-only: only our bulk
+                                 inserts without and/or with the two indexes (seconds per round)
             """),
         Entry(name: "identity create", text: """
             identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]

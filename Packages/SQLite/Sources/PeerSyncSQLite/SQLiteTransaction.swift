@@ -158,6 +158,8 @@ final class KeySetTable: NamedSQLiteTable {
 
     var get: SQLiteStatement?
     var put: SQLiteStatement?
+    /// The upsert of ``SQLiteTransaction/putsPerStatement`` rows at once.
+    var putMany: SQLiteStatement?
     var remove: SQLiteStatement?
     /// Enumeration statements: 12 key-range shapes (see `rangeShape`).
     var enumerations = [SQLiteStatement?](repeating: nil, count: 12)
@@ -183,6 +185,16 @@ final class SQLiteTransaction: StorageWriter {
     private var recentKeySet: KeySetTable?
     private var dirtyTables: [KeyspaceTable] = []
     private var changedSchema = false
+    /// Key-set puts held back until the commit, per key set (see SQLiteKeySetBuffer.swift).
+    private var pendingKeySets: [PendingKeySetPuts] = []
+    /// Puts held back since the last write-out (replaced keys counted again): bounded by
+    /// ``maxPendingPuts``.
+    private var pendingPuts = 0
+    /// Held-back puts beyond which they are written out before the commit (memory bound).
+    static let maxPendingPuts = 65_536
+    /// The error of a failed write-out of held-back puts: the puts not written are gone, so
+    /// this transaction must not commit even if its closure caught the error.
+    private var writeOutError: (any Error)?
 
     init(connection: SQLiteConnection, writable: Bool) {
         self.connection = connection
@@ -199,6 +211,8 @@ final class SQLiteTransaction: StorageWriter {
     /// will leave, so the next transaction keeps this connection's caches. Call right before
     /// COMMIT, while the write lock is still held (nobody else can change the schema then).
     func prepareCommit() throws {
+        if let writeOutError { throw writeOutError }
+        try writePendingEntries()
         if !dirtyTables.isEmpty {
             let update = try connection.cached("UPDATE peersync_keyspaces SET last_seq = ?1 WHERE id = ?2")
             for table in dirtyTables {
@@ -619,6 +633,7 @@ extension SQLiteTransaction {
 
     func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
         try checkValid()
+        if let pending = pending(keySet) { try writeOut(pending) }
         guard let table = try self.keySet(keySet, create: false) else { return nil }
         let select = try statement(\.get, of: table) { "SELECT value FROM \($0) WHERE key = ?1" }
         var key = key
@@ -632,6 +647,7 @@ extension SQLiteTransaction {
     func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
                           _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
         try checkValid()
+        if let pending = pending(keySet) { try writeOut(pending) }
         guard let table = try self.keySet(keySet, create: false) else { return }
         let slot = Self.rangeShape(range, descending: descending)
         let statement = try enumerationStatement(table.enumerations[slot], table: table.table, sql: { name in
@@ -646,29 +662,26 @@ extension SQLiteTransaction {
         }
     }
 
+    /// Held back until the commit, or until the transaction reads or removes entries of the
+    /// key set (see SQLiteKeySetBuffer.swift).
     func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
         try checkWritable()
-        guard let table = try self.keySet(keySet, create: true) else {
-            throw PeerSyncError(.internalError, "key set was not created", context: ["keySet": keySet])
+        let pending: PendingKeySetPuts
+        if let found = self.pending(keySet) {
+            pending = found
+        } else {
+            pending = PendingKeySetPuts(name: keySet)
+            pendingKeySets.append(pending)
         }
-        // An upsert (as for records): no REPLACE conflict handling, no statement journal.
-        let insert = try statement(\.put, of: table) {
-            "INSERT INTO \($0) (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-        }
-        var key = key
-        try key.withUTF8 { keyBytes in
-            try value.withUnsafeBytes { valueBytes in
-                defer { insert.reset() }
-                try insert.bindTextNoCopy(1, keyBytes)
-                try insert.bindBlobNoCopy(2, valueBytes)
-                _ = try insert.step()
-            }
-        }
+        pending.put(key, value)
+        pendingPuts += 1
+        if pendingPuts >= Self.maxPendingPuts { try writePendingEntries() }
     }
 
     @discardableResult
     func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
         try checkWritable()
+        if let pending = pending(keySet) { try writeOut(pending) }
         guard let table = try self.keySet(keySet, create: false) else { return false }
         let delete = try statement(\.remove, of: table) { "DELETE FROM \($0) WHERE key = ?1" }
         var key = key
@@ -680,12 +693,91 @@ extension SQLiteTransaction {
         return connection.changes > 0
     }
 
+    /// The held-back puts of key set `name`, if it has any.
+    private func pending(_ name: String) -> PendingKeySetPuts? {
+        if pendingKeySets.isEmpty { return nil }
+        return pendingKeySets.last(where: { sameUTF8($0.name, name) })
+    }
+
+    /// Writes every held-back put, each key set's in key order.
+    private func writePendingEntries() throws {
+        for pending in pendingKeySets { try writeOut(pending) }
+        pendingKeySets.removeAll()
+        pendingPuts = 0
+    }
+
+    /// Rows per statement when held-back puts are written out.
+    static let putsPerStatement = 64
+
+    /// Writes the held-back puts of one key set in key order (creating the key set), whole
+    /// groups of ``putsPerStatement`` by one multi-row upsert, the rest one by one.
+    private func writeOut(_ pending: PendingKeySetPuts) throws {
+        if pending.isEmpty { return }
+        guard let table = try self.keySet(pending.name, create: true) else {
+            throw PeerSyncError(.internalError, "key set was not created", context: ["keySet": pending.name])
+        }
+        let puts = pending.takeSorted()
+        do {
+            // Upserts (as for records): no REPLACE conflict handling, no statement journal. A
+            // key put twice comes twice, in the order of its puts: the last one wins.
+            let upsert = " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+            var start = 0
+            if puts.count >= Self.putsPerStatement {
+                let many = try statement(\.putMany, of: table) { name in
+                    let rows = (0..<Self.putsPerStatement).map { "(?\(2 * $0 + 1), ?\(2 * $0 + 2))" }
+                    return "INSERT INTO \(name) (key, value) VALUES " + rows.joined(separator: ", ") + upsert
+                }
+                var arena: [UInt8] = []
+                var spans: [(key: Range<Int>, value: Range<Int>)] = []
+                spans.reserveCapacity(Self.putsPerStatement)
+                while puts.count - start >= Self.putsPerStatement {
+                    // The group's keys and values in one buffer, bound without copying.
+                    arena.removeAll(keepingCapacity: true)
+                    spans.removeAll(keepingCapacity: true)
+                    for put in puts[start..<(start + Self.putsPerStatement)] {
+                        let keyStart = arena.count
+                        arena.append(contentsOf: put.key.utf8)
+                        let valueStart = arena.count
+                        arena.append(contentsOf: put.value)
+                        spans.append((keyStart..<valueStart, valueStart..<arena.count))
+                    }
+                    try arena.withUnsafeBufferPointer { buffer in
+                        defer { many.reset() }
+                        for (i, span) in spans.enumerated() {
+                            try many.bindTextNoCopy(Int32(2 * i + 1), UnsafeBufferPointer(rebasing: buffer[span.key]))
+                            try many.bindBlobNoCopy(Int32(2 * i + 2), UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[span.value])))
+                        }
+                        _ = try many.step()
+                    }
+                    start += Self.putsPerStatement
+                }
+            }
+            if start == puts.count { return }
+            let insert = try statement(\.put, of: table) { "INSERT INTO \($0) (key, value) VALUES (?1, ?2)" + upsert }
+            for put in puts[start...] {
+                var key = put.key
+                try key.withUTF8 { keyBytes in
+                    try put.value.withUnsafeBytes { valueBytes in
+                        defer { insert.reset() }
+                        try insert.bindTextNoCopy(1, keyBytes)
+                        try insert.bindBlobNoCopy(2, valueBytes)
+                        _ = try insert.step()
+                    }
+                }
+            }
+        } catch {
+            writeOutError = error
+            throw error
+        }
+    }
+
     func dropKeySet(_ keySet: String) throws {
         try checkWritable()
         guard connection.activeEnumerations == 0 else {
             throw PeerSyncError(.storage, "dropKeySet cannot run inside an enumeration callback",
                                 context: ["keySet": keySet])
         }
+        pendingKeySets.removeAll { sameUTF8($0.name, keySet) }
         guard let table = try self.keySet(keySet, create: false) else { return }
         connection.keySets[KeyspaceName(keySet)] = nil
         recentKeySet = nil

@@ -529,6 +529,79 @@ struct SQLiteStorageTests {
 
     // MARK: Keys and enumeration
 
+    /// Key-set puts are held back and written sorted at the commit, and written out early
+    /// past ``SQLiteTransaction/maxPendingPuts``: a transaction with more puts than that, in
+    /// shuffled order, with replaced and removed keys among them, commits all of them, and
+    /// sees them itself, before and after the early write-out.
+    @Test func keySetPutsBeyondTheHeldBackLimit() throws {
+        let dir = try TempDirectory()
+        let storage = try backend.open(directory: dir.path, options: StorageOptions())
+        defer { try? storage.close() }
+        let count = SQLiteTransaction.maxPendingPuts + 1_000
+        var keys = (0..<count).map { String(format: "k%06d", $0) }
+        var generator = SystemRandomNumberGenerator()
+        keys.shuffle(using: &generator)
+        try storage.write { w in
+            for (i, key) in keys.enumerated() {
+                try w.putEntry(key, value: [UInt8(truncatingIfNeeded: i)], inKeySet: "big")
+                if i == 10 { #expect(try w.entry(keys[3], inKeySet: "big") == [3]) }
+            }
+            // Replaced and removed after the early write-out, and held back again.
+            try w.putEntry("k000000", value: [42], inKeySet: "big")
+            #expect(try w.removeEntry("k000001", inKeySet: "big"))
+            #expect(try w.entry("k000000", inKeySet: "big") == [42])
+            try w.putEntry("k000002", value: [43], inKeySet: "big")
+        }
+        try storage.read { r in
+            var seen: [String] = []
+            try r.enumerateEntries(inKeySet: "big", range: .all, descending: false) { key, _ in
+                seen.append(key)
+                return true
+            }
+            #expect(seen == (0..<count).filter { $0 != 1 }.map { String(format: "k%06d", $0) })
+            #expect(try r.entry("k000000", inKeySet: "big") == [42])
+            #expect(try r.entry("k000002", inKeySet: "big") == [43])
+            #expect(try r.entry("k000001", inKeySet: "big") == nil)
+        }
+    }
+
+    /// Held-back puts are written many rows per statement: a key put twice lands twice in one
+    /// statement, and the later put wins; a group's empty values and keys stay empty, not NULL.
+    @Test func heldBackPutsOfOneKeyInOneStatement() throws {
+        let dir = try TempDirectory()
+        let storage = try backend.open(directory: dir.path, options: StorageOptions())
+        defer { try? storage.close() }
+        let count = 3 * SQLiteTransaction.putsPerStatement + 5
+        try storage.write { w in
+            for i in 0..<count { try w.putEntry(String(format: "k%03d", i), value: [1], inKeySet: "set") }
+            try w.putEntry("k010", value: [2], inKeySet: "set")
+            try w.putEntry("k010", value: [3], inKeySet: "set")
+            try w.putEntry("", value: [], inKeySet: "set")
+            try w.putEntry("k011", value: [], inKeySet: "set")
+        }
+        try storage.read { r in
+            var entries: [String: [UInt8]] = [:]
+            try r.enumerateEntries(inKeySet: "set", range: .all, descending: false) { key, value in
+                entries[key] = value
+                return true
+            }
+            #expect(entries.count == count + 1)
+            #expect(entries["k010"] == [3])
+            #expect(entries["k011"] == [])
+            #expect(entries[""] == [])
+            #expect(entries["k000"] == [1])
+        }
+    }
+
+    /// The sort of held-back puts is by UTF-8 bytes, SQLite's order (not `String`'s `<`).
+    @Test func heldBackPutsSortByUTF8Bytes() {
+        let keys = ["b", "a\u{0}", "a", "\u{7F}", "é", "e\u{301}", "\u{FFFD}", "\u{10000}", "A", ""]
+        let bytes = keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        #expect(keys.sorted { compareUTF8($0, $1) < 0 } == bytes)
+        #expect(compareUTF8("é", "e\u{301}") != 0)
+        #expect(compareUTF8("abc", "abc") == 0)
+    }
+
     @Test func keysAreOrderedByUTF8Bytes() throws {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions())

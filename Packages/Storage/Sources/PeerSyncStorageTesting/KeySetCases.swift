@@ -108,6 +108,30 @@ enum KeySetCases {
             try t.checkEqual(try entryKeys(r, "created"), [], "a rolled-back key set creation")
         }
 
+        // Within one transaction the writer sees every put at once, however the backend
+        // writes them (SQLite holds puts back and writes them sorted at the commit): a put
+        // then a remove of one key, a key put twice, puts in reverse order then an
+        // enumeration, a put into a new key set then a drop of it.
+        try store.write { w in
+            try w.putEntry("p", value: [1], inKeySet: "held")
+            try t.checkEqual(try w.removeEntry("p", inKeySet: "held"), true, "removeEntry of a key put in the same transaction")
+            try t.checkEqual(try w.entry("p", inKeySet: "held"), nil, "a key put then removed")
+            for key in ["z", "y", "x"] { try w.putEntry(key, value: key.bytes, inKeySet: "held") }
+            try w.putEntry("y", value: "y2".bytes, inKeySet: "held")
+            try t.checkEqual(try entryKeys(w, "held"), ["x", "y", "z"], "the writer enumerates its puts in order")
+            try t.checkEqual(try w.entry("y", inKeySet: "held"), "y2".bytes, "the last put of a key wins")
+            try w.putEntry("w", value: [], inKeySet: "held")
+            try w.putEntry("y", value: "y3".bytes, inKeySet: "held")
+            try w.putEntry("gone", value: [], inKeySet: "dropped in its transaction")
+            try w.dropKeySet("dropped in its transaction")
+        }
+        try store.read { r in
+            try t.checkEqual(try entryKeys(r, "held"), ["w", "x", "y", "z"], "puts of one transaction after its commit")
+            try t.checkEqual(try r.entry("y", inKeySet: "held"), "y3".bytes, "the last put of a key wins after the commit")
+            try t.checkEqual(try entryKeys(r, "dropped in its transaction"), [], "a key set dropped in the transaction of its puts")
+        }
+        try store.write { w in try w.dropKeySet("held") }
+
         // A reader keeps its snapshot while another thread commits.
         try store.read { r in
             try t.checkEqual(try r.entry("a", inKeySet: "set"), "a".bytes, "the reader's first read")

@@ -1,0 +1,71 @@
+import Foundation
+
+// Key-set puts of a write transaction are held back and written at the end, sorted.
+//
+// A bulk insert into an indexed collection puts one entry per document into each index's key
+// set, in document order, which is random order for most indexes (a `type` index with 1,000
+// values gets each batch's entries spread over all of its leaf pages). Written one by one, each
+// put descends the B-tree to another leaf, and once the batch's dirty pages outgrow the page
+// cache, nearly every put reads a page back and makes SQLite spill another dirty page to the
+// WAL first (`sqlite3PcacheFetchStress` under the puts: in the profile of that insert the two
+// entry puts cost twice the document's own put). Written sorted by key at the end, each leaf
+// page is loaded once and takes all of its new entries at once. They are written
+// ``SQLiteTransaction/putsPerStatement`` rows per `INSERT` (one statement run, bind and reset
+// per 64 entries instead of per entry; SQLite still finds each row's place itself).
+//
+// What the transaction sees stays exactly what it wrote (the `Storage` contract): every
+// other operation on a key set — `entry`, `enumerateEntries`, `removeEntry` — first writes
+// that key set's held-back puts, in order, and `dropKeySet` forgets them; the commit writes
+// everything left before COMMIT — in the same transaction, so a crash keeps or loses the
+// entries together with the rest of it. A transaction that rolls back never writes them. (So
+// only runs of puts are sorted: a transaction that replaces entries, a remove and a put per
+// document, writes them about as before.)
+
+/// The held-back puts of one key set (see the file comment), in the order they were made.
+final class PendingKeySetPuts {
+    let name: String
+    private var puts: [(key: String, value: [UInt8], order: Int)] = []
+
+    init(name: String) {
+        self.name = name
+    }
+
+    var isEmpty: Bool { puts.isEmpty }
+
+    func put(_ key: String, _ value: [UInt8]) {
+        puts.append((key, value, puts.count))
+    }
+
+    /// Every held-back put in ascending UTF-8 byte order of the keys (two puts of one key in
+    /// the order they were made, so the last one written wins); forgets them.
+    func takeSorted() -> [(key: String, value: [UInt8], order: Int)] {
+        var sorted = puts
+        puts = []
+        sorted.sort { a, b in
+            let c = compareUTF8(a.key, b.key)
+            return c != 0 ? c < 0 : a.order < b.order
+        }
+        return sorted
+    }
+}
+
+/// `a`'s UTF-8 bytes against `b`'s: negative, zero or positive as memcmp, a prefix first (the
+/// order of SQLite's BINARY collation over UTF-8 text). Borrows both: no copy, no retain.
+@inline(__always)
+func compareUTF8(_ a: String, _ b: String) -> Int {
+    if let c = a.utf8.withContiguousStorageIfAvailable({ x in
+        b.utf8.withContiguousStorageIfAvailable { y -> Int in
+            let common = min(x.count, y.count)
+            if common > 0, let p = x.baseAddress, let q = y.baseAddress {
+                let c = memcmp(p, q, common)
+                if c != 0 { return Int(c) }
+            }
+            return x.count - y.count
+        }
+    }), let c {
+        return c
+    }
+    // Not contiguous (a bridged string): the slow byte-by-byte way.
+    if a.utf8.elementsEqual(b.utf8) { return 0 }
+    return a.utf8.lexicographicallyPrecedes(b.utf8) ? -1 : 1
+}
