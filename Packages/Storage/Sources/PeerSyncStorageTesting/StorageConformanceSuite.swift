@@ -182,6 +182,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "busyTimeout", needsMultiProcess: false, body: TransactionCases.busyTimeout),
         ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
         ConformanceCase(name: "orderedKeySets", needsMultiProcess: false, body: KeySetCases.orderedKeySets),
+        ConformanceCase(name: "readsWithoutExtra", needsMultiProcess: false, body: WithoutExtraCases.readsWithoutExtra),
         ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
         ConformanceCase(name: "childKilledMidWrite", needsMultiProcess: true, body: MultiProcessCases.childKilledMidWrite),
         ConformanceCase(name: "readersDoNotWaitForAnotherProcessWriting", needsMultiProcess: true,
