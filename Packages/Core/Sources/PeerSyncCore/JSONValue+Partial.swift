@@ -73,7 +73,9 @@ extension JSONValue {
             self.names = names
         }
 
+        /// Selections are equal when their keys are (the prepared bytes follow from them).
         public static func == (a: PropertySelection, b: PropertySelection) -> Bool { a.keys == b.keys }
+        /// Hashes the keys, as `==` compares them.
         public func hash(into hasher: inout Hasher) { hasher.combine(keys) }
 
         /// The index in ``names`` of the key whose ASCII bytes are `key`, or nil.
