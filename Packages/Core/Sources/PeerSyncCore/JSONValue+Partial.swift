@@ -13,22 +13,101 @@ extension JSONValue {
     /// inside a skipped value may go unnoticed. Errors: ``PeerSyncError/Code/invalidJSON``
     /// (with the byte offset) when `bytes` is not an object or a parsed part is invalid.
     public static func objectProperties(parsing bytes: [UInt8], keys: Set<String>) throws(PeerSyncError) -> [String: JSONValue] {
-        let result: Swift.Result<[String: JSONValue], PeerSyncError> = bytes.withUnsafeBufferPointer { buffer in
+        try objectProperties(parsing: bytes, selecting: PropertySelection(keys))
+    }
+
+    /// ``objectProperties(parsing:keys:)`` with the keys prepared once
+    /// (``PropertySelection``): a reader parsing many bodies for the same keys (a query's
+    /// scan) does not examine the key set again for each one. Same result, same errors.
+    public static func objectProperties(parsing bytes: [UInt8], selecting selection: PropertySelection) throws(PeerSyncError) -> [String: JSONValue] {
+        var properties: [String: JSONValue] = Dictionary(minimumCapacity: selection.names.count)
+        try objectProperties(parsing: bytes, selecting: selection, into: &properties)
+        return properties
+    }
+
+    /// ``objectProperties(parsing:selecting:)`` into `properties`, which is emptied first
+    /// with its storage kept: a reader parsing body after body into one dictionary, holding
+    /// no other reference to it in between, allocates no dictionary per body. After an error,
+    /// `properties` holds some of the object's properties; use it only on success.
+    public static func objectProperties(parsing bytes: [UInt8], selecting selection: PropertySelection,
+                                        into properties: inout [String: JSONValue]) throws(PeerSyncError) {
+        properties.removeAll(keepingCapacity: true)
+        let error = bytes.withUnsafeBufferPointer { buffer -> PeerSyncError? in
             var parser = JSONParser(buffer: buffer, options: ParseOptions())
-            return Swift.Result { () throws(PeerSyncError) in try parser.parseObject(keeping: keys) }
+            do throws(PeerSyncError) {
+                try parser.parseObject(keeping: selection, into: &properties)
+                return nil
+            } catch {
+                return error
+            }
         }
-        return try result.get()
+        if let error { throw error }
+    }
+
+    /// The top-level keys a reader wants from JSON objects, prepared for
+    /// ``objectProperties(parsing:selecting:)``: when every key is ASCII, their UTF-8 bytes
+    /// side by side, so a stored key is matched by comparing bytes, without building a String
+    /// or walking a `Set`. Immutable and thread-safe.
+    public struct PropertySelection: Sendable, Hashable {
+        /// The keys, as given.
+        public let keys: Set<String>
+        /// Whether every key is ASCII (then ``bytes``/``ends``/``names`` hold them).
+        let allASCII: Bool
+        /// The keys' UTF-8 bytes one after another; key `i` ends at `ends[i]`.
+        let bytes: [UInt8]
+        let ends: [Int]
+        let names: [String]
+
+        /// The selection of `keys`.
+        public init(_ keys: Set<String>) {
+            self.keys = keys
+            let names = keys.sorted()
+            self.allASCII = names.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } }
+            var bytes: [UInt8] = [], ends: [Int] = []
+            for name in names {
+                bytes.append(contentsOf: name.utf8)
+                ends.append(bytes.count)
+            }
+            self.bytes = bytes
+            self.ends = ends
+            self.names = names
+        }
+
+        /// Selections are equal when their keys are (the prepared bytes follow from them).
+        public static func == (a: PropertySelection, b: PropertySelection) -> Bool { a.keys == b.keys }
+        /// Hashes the keys, as `==` compares them.
+        public func hash(into hasher: inout Hasher) { hasher.combine(keys) }
+
+        /// The index in ``names`` of the key whose ASCII bytes are `key`, or nil.
+        @inline(__always)
+        func index(ofASCII key: UnsafeBufferPointer<UInt8>) -> Int? {
+            bytes.withUnsafeBufferPointer { all -> Int? in
+                var start = 0
+                for (i, end) in ends.enumerated() {
+                    defer { start = end }
+                    guard end - start == key.count else { continue }
+                    var same = true
+                    var j = 0
+                    while j < key.count {
+                        if all[start + j] != key[j] { same = false; break }
+                        j += 1
+                    }
+                    if same { return i }
+                }
+                return nil
+            }
+        }
     }
 }
 
 extension JSONParser {
-    /// The whole input is one object; returns its properties named in `keys`.
-    mutating func parseObject(keeping keys: Set<String>) throws(PeerSyncError) -> [String: JSONValue] {
+    /// The whole input is one object; adds its properties named in `selection` to `out`.
+    mutating func parseObject(keeping selection: JSONValue.PropertySelection,
+                              into out: inout [String: JSONValue]) throws(PeerSyncError) {
         // When every wanted key is ASCII, a stored key without escapes or non-ASCII bytes is
         // compared as bytes, without building a String (an ASCII string is canonically
         // equivalent only to itself); otherwise keys are decoded and compared as Strings.
-        let allASCII = keys.allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } }
-        var out: [String: JSONValue] = Dictionary(minimumCapacity: keys.count)
+        let allASCII = selection.allASCII
         skipWhitespace()
         guard index < buffer.count, buffer[index] == UInt8(ascii: "{") else { throw error("expected a JSON object") }
         index += 1
@@ -52,11 +131,11 @@ extension JSONParser {
                 if plain && allASCII {
                     guard end < buffer.count else { throw error("unterminated string") }
                     let key = UnsafeBufferPointer(rebasing: buffer[start..<end])
-                    wanted = keys.first { $0.utf8.elementsEqual(key) }
+                    wanted = selection.index(ofASCII: key).map { selection.names[$0] }
                     index = end + 1
                 } else {
                     let key = try parseString()
-                    if keys.contains(key) { wanted = key }
+                    if selection.keys.contains(key) { wanted = key }
                 }
                 skipWhitespace()
                 guard index < buffer.count, buffer[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
@@ -76,7 +155,6 @@ extension JSONParser {
         }
         skipWhitespace()
         if index != buffer.count { throw error("unexpected text after the JSON value") }
-        return out
     }
 
     /// Moves past one value without building it: strings to their closing quote (escapes

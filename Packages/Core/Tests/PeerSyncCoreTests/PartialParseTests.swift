@@ -30,6 +30,10 @@ import Testing
 
     @Test func equalsTheFullParseRestrictedToTheKeys() throws {
         var rng = SplitMix64(seed: 14)
+        // One dictionary reused for every object (as a query's scan does), and one kept
+        // object: reusing must neither leak keys of an earlier object nor change a kept one.
+        var reused: [String: JSONValue] = [:]
+        var kept: (value: [String: JSONValue], expected: [String: JSONValue])?
         for _ in 0..<2_000 {
             let object = Self.randomObject(&rng, depth: 0)
             var keys = Set<String>()
@@ -39,6 +43,9 @@ import Testing
             let expected = full.filter { keys.contains($0.key) }
             #expect(try JSONValue.objectProperties(parsing: canonical, keys: keys) == expected,
                     "\(JSONValue.object(object).canonicalString) keys \(keys.sorted())")
+            try JSONValue.objectProperties(parsing: canonical, selecting: JSONValue.PropertySelection(keys), into: &reused)
+            #expect(reused == expected, "reused: \(JSONValue.object(object).canonicalString) keys \(keys.sorted())")
+            if kept == nil && expected.count >= 2 { kept = (reused, expected) }
             // The same text with white space around every structural character.
             var spaced: [UInt8] = []
             var inString = false, escaped = false
@@ -58,6 +65,20 @@ import Testing
                 }
             }
             #expect(try JSONValue.objectProperties(parsing: spaced, keys: keys) == expected)
+        }
+        let held = try #require(kept)
+        #expect(held.value == held.expected, "a dictionary kept from an earlier parse changed")
+    }
+
+    @Test func aSelectionMatchesKeysOfEveryKind() throws {
+        // ASCII and non-ASCII keys, keys that are prefixes of others, the empty key.
+        let object: JSONValue = ["a": 1, "ab": 2, "abc": 3, "": 4, "名": 5, "e\u{301}": 6, "x\"y": 7]
+        let bytes = object.canonicalData
+        for keys: Set<String> in [["a"], ["ab"], ["abc", ""], ["名"], ["é"], ["e\u{301}"], ["x\"y", "a"], ["zz"], []] {
+            let full = try #require(try JSONValue(parsing: bytes).objectValue)
+            let expected = full.filter { keys.contains($0.key) }
+            #expect(try JSONValue.objectProperties(parsing: bytes, selecting: JSONValue.PropertySelection(keys)) == expected,
+                    "keys \(keys.sorted())")
         }
     }
 

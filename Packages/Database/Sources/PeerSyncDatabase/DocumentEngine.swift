@@ -88,8 +88,12 @@ struct DocumentEngine {
 
     /// ``documentRecord(_:_:)`` with the documents keyspace's name given (`spec.documentsKeyspace`,
     /// a string built on every use): a caller reading many documents builds it once.
-    func documentRecord(_ id: String, in documentsKeyspace: String, _ reader: any StorageReader) throws -> Record? {
-        guard let record = try reader.get(id, in: documentsKeyspace) else {
+    /// `withoutExtra`: the record without its revision tree (``Record/extra`` empty; see
+    /// `StorageReader.getWithoutExtra`), for a reader of the current revision only.
+    func documentRecord(_ id: String, in documentsKeyspace: String, _ reader: any StorageReader,
+                        withoutExtra: Bool = false) throws -> Record? {
+        let found = withoutExtra ? try reader.getWithoutExtra(id, in: documentsKeyspace) : try reader.get(id, in: documentsKeyspace)
+        guard let record = found else {
             try requireCollection(reader)
             return nil
         }

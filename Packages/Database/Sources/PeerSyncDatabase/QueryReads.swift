@@ -9,11 +9,25 @@ public struct QueriedDocument: Sendable {
     public var id: String
     /// The sequence of its current revision.
     public var sequence: UInt64
-    /// The current revision ID.
-    public var revisionID: String
+    /// The current revision ID, as stored (UTF-8).
+    public var version: [UInt8]
+    /// The current revision ID (decoded from ``version`` on each use: most queries never read it).
+    public var revisionID: String { String(decoding: version, as: UTF8.self) }
+    /// Whether the current revision is a deletion (only a scan that asks for deleted
+    /// documents yields one: ``DatabaseReadTransaction/forEachQueriedDocument(in:after:includeDeleted:readingOnly:_:)``).
+    public var isDeleted: Bool
     /// The top-level properties asked for (see
     /// ``DatabaseReadTransaction/queriedDocument(id:in:readingOnly:)``).
     public var properties: [String: JSONValue]
+
+    /// A document with these values.
+    public init(id: String, sequence: UInt64, version: [UInt8], isDeleted: Bool = false, properties: [String: JSONValue]) {
+        self.id = id
+        self.sequence = sequence
+        self.version = version
+        self.isDeleted = isDeleted
+        self.properties = properties
+    }
 }
 
 /// One stored index definition as the storage holds it: its name and its stored bytes.
@@ -61,21 +75,23 @@ extension DatabaseReadTransaction {
     }
 
     /// The current revision of document `id` of `collection` as a query reads it, or nil when
-    /// there is none or it is deleted (as ``document(id:in:)``): with `keys`, only those
-    /// top-level properties are parsed (``JSONValue/objectProperties(parsing:keys:)``; other
-    /// keys may or may not be there), without, all of them. A stored body that does not parse
+    /// there is none or it is deleted (as ``document(id:in:)``): with a `selection`, only its
+    /// top-level properties are parsed (``JSONValue/objectProperties(parsing:selecting:)``;
+    /// other keys may or may not be there), without, all of them. A stored body that does not parse
     /// reads as no properties (logged), as ``Document/properties`` does.
     ///
     /// Cheaper than ``document(id:in:)`` for a query reading documents through an index: no
-    /// ``Document`` (and its lazily parsed body) is built, and `id` is not validated again —
+    /// ``Document`` (and its lazily parsed body) is built, the revision tree is not read
+    /// (`StorageReader.getWithoutExtra`), and `id` is not validated again —
     /// pass only IDs read from the collection's index entries or documents.
     ///
     /// Errors: `.notFound` for a missing collection, `.corrupt` for a stored body that is not a
     /// JSON object, `.closed` after the batch ended; storage errors.
     @_spi(Indexing)
-    public func queriedDocument(id: String, in collection: Collection, readingOnly keys: Set<String>?) throws -> QueriedDocument? {
+    public func queriedDocument(id: String, in collection: Collection,
+                                readingOnly selection: JSONValue.PropertySelection?) throws -> QueriedDocument? {
         let engine = try engine(collection)
-        return try queriedDocument(id, engine, engine.spec.documentsKeyspace, readingOnly: keys)
+        return try queriedDocument(id, engine, engine.spec.documentsKeyspace, readingOnly: selection)
     }
 
     /// ``queriedDocument(id:in:readingOnly:)`` for each of `ids` in turn, calling `body` with
@@ -83,30 +99,73 @@ extension DatabaseReadTransaction {
     /// (An array, not any sequence: this module's generic code called from another module is
     /// not specialized, and a lazy sequence's metadata was looked up for every document.)
     @_spi(Indexing)
-    public func forEachQueriedDocument(ids: [String], in collection: Collection, readingOnly keys: Set<String>?,
+    public func forEachQueriedDocument(ids: [String], in collection: Collection,
+                                       readingOnly selection: JSONValue.PropertySelection?,
                                        _ body: (QueriedDocument) throws -> Bool) throws {
         let engine = try engine(collection)
         let keyspace = engine.spec.documentsKeyspace
+        let collectionName = engine.spec.fullName
+        var scratch: [String: JSONValue] = [:]   // one dictionary's storage for every document (see `init`)
         for id in ids {
-            guard let document = try queriedDocument(id, engine, keyspace, readingOnly: keys) else { continue }
+            guard let record = try engine.documentRecord(id, in: keyspace, reader, withoutExtra: true),
+                  !record.flags.contains(.deleted) else { continue }
+            let document = try QueriedDocument(record, engine, isDeleted: false, readingOnly: selection,
+                                               collectionName: collectionName, reusing: &scratch)
             if !(try body(document)) { return }
         }
     }
 
+    /// Every document of `collection` as a query reads it (see
+    /// ``queriedDocument(id:in:readingOnly:)``), in document-ID order (UTF-8 byte order),
+    /// starting after document `id` (nil: at the first), until `body` returns false. Deleted
+    /// documents (tombstones, no properties) are included only when `includeDeleted` is true.
+    /// The same documents as ``forEachDocument(in:after:includeDeleted:_:)`` gives, without a
+    /// ``Document`` built around each record and without copying the records' revision trees
+    /// out of the storage (`StorageReader.enumerateWithoutExtra`): the scan a query runs.
+    ///
+    /// Errors: `.notFound` for a missing collection, `.corrupt` for a stored body that is not
+    /// a JSON object, `.closed` after the batch ended; errors `body` throws are rethrown.
+    @_spi(Indexing)
+    public func forEachQueriedDocument(in collection: Collection, after id: String?, includeDeleted: Bool,
+                                       readingOnly selection: JSONValue.PropertySelection?,
+                                       _ body: (QueriedDocument) throws -> Bool) throws {
+        let engine = try engine(collection)
+        let collectionName = engine.spec.fullName
+        // The smallest key after `id` in byte order is `id` followed by a NUL byte.
+        let range = id.map { KeyRange(from: $0 + "\u{0}") } ?? .all
+        var scratch: [String: JSONValue] = [:]   // one dictionary's storage for every document (see `init`)
+        try reader.enumerateWithoutExtra(in: engine.spec.documentsKeyspace, range: range, descending: false) { record in
+            let deleted = record.flags.contains(.deleted)
+            if deleted && !includeDeleted { return true }
+            return try body(try QueriedDocument(record, engine, isDeleted: deleted, readingOnly: selection,
+                                                collectionName: collectionName, reusing: &scratch))
+        }
+    }
+
     private func queriedDocument(_ id: String, _ engine: DocumentEngine, _ keyspace: String,
-                                 readingOnly keys: Set<String>?) throws -> QueriedDocument? {
-        guard let record = try engine.documentRecord(id, in: keyspace, reader), !record.flags.contains(.deleted) else {
+                                 readingOnly selection: JSONValue.PropertySelection?) throws -> QueriedDocument? {
+        guard let record = try engine.documentRecord(id, in: keyspace, reader, withoutExtra: true),
+              !record.flags.contains(.deleted) else {
             return nil
         }
-        return try QueriedDocument(record, engine, readingOnly: keys)
+        var properties: [String: JSONValue] = [:]
+        return try QueriedDocument(record, engine, isDeleted: false, readingOnly: selection,
+                                   collectionName: engine.spec.fullName, reusing: &properties)
     }
 }
 
 extension QueriedDocument {
-    init(_ record: Record, _ engine: DocumentEngine, readingOnly keys: Set<String>?) throws {
+    /// `collectionName`: the collection's full name, for the log line of a damaged body.
+    /// The properties are parsed into `scratch` (emptied first), then shared with the
+    /// document: a caller passing the same dictionary for every document, and keeping no
+    /// document past the next one, parses each into the same storage (a document it keeps
+    /// is copied on the next write, as any shared dictionary is).
+    init(_ record: Record, _ engine: DocumentEngine, isDeleted: Bool, readingOnly selection: JSONValue.PropertySelection?,
+         collectionName: String, reusing scratch: inout [String: JSONValue]) throws {
         try engine.checkStoredBody(record)
-        self.init(id: record.key, sequence: record.sequence, revisionID: String(decoding: record.version, as: UTF8.self),
-                  properties: StoredBody.properties(of: record.body, readingOnly: keys, docID: record.key,
-                                                    collection: engine.spec.fullName))
+        StoredBody.properties(of: record.body, selecting: selection, into: &scratch, docID: record.key,
+                              collection: collectionName)
+        self.init(id: record.key, sequence: record.sequence, version: record.version, isDeleted: isDeleted,
+                  properties: scratch)
     }
 }

@@ -50,8 +50,26 @@ final class StoredBody: Sendable {
     /// read as empty, logged as an error (`collection`: its full name, for the log line).
     static func properties(of data: [UInt8], readingOnly keys: Set<String>?, docID: String,
                            collection: String) -> [String: JSONValue] {
+        properties(of: data, selecting: keys.map(JSONValue.PropertySelection.init), docID: docID, collection: collection)
+    }
+
+    /// ``properties(of:selecting:docID:collection:)`` into `properties` (see
+    /// ``JSONValue/objectProperties(parsing:selecting:into:)``: a scan reusing one dictionary
+    /// allocates none per document when it keeps no other reference to it).
+    static func properties(of data: [UInt8], selecting selection: JSONValue.PropertySelection?,
+                           into properties: inout [String: JSONValue], docID: String, collection: String) {
+        if let selection, !data.isEmpty,
+           (try? JSONValue.objectProperties(parsing: data, selecting: selection, into: &properties)) != nil {
+            return
+        }
+        properties = Self.properties(of: data, selecting: nil, docID: docID, collection: collection)
+    }
+
+    /// ``properties(of:readingOnly:docID:collection:)`` with the keys prepared once.
+    static func properties(of data: [UInt8], selecting selection: JSONValue.PropertySelection?, docID: String,
+                           collection: String) -> [String: JSONValue] {
         if data.isEmpty { return [:] }
-        if let keys, let object = try? JSONValue.objectProperties(parsing: data, keys: keys) { return object }
+        if let selection, let object = try? JSONValue.objectProperties(parsing: data, selecting: selection) { return object }
         if let object = (try? JSONValue(parsing: data))?.objectValue { return object }
         Database.log.error("document \(docID) of \(collection): the stored body is not a JSON object; it reads as empty")
         return [:]

@@ -219,15 +219,16 @@ struct RecordHeader {
         }
     }
 
-    /// Decodes a full record (copying its bytes out of the map).
+    /// Decodes a full record (copying its bytes out of the map); with `extra` false, without
+    /// its extra bytes (left empty, not copied).
     @inline(__always)
-    static func decode(key: String, value: UnsafeRawBufferPointer) throws(PeerSyncError) -> Record {
+    static func decode(key: String, value: UnsafeRawBufferPointer, extra: Bool = true) throws(PeerSyncError) -> Record {
         let h = try parse(value)
         guard let base = value.baseAddress else { throw PeerSyncError(.corrupt, "a stored record has no data") }
         return Record(key: key, sequence: h.sequence, flags: RecordFlags(rawValue: h.flags),
                       version: copyBytes(base, offset: size, count: h.versionCount),
                       body: copyBytes(base, offset: size + h.versionCount + h.extraCount, count: h.bodyCount),
-                      extra: copyBytes(base, offset: size + h.versionCount, count: h.extraCount))
+                      extra: extra ? copyBytes(base, offset: size + h.versionCount, count: h.extraCount) : [])
     }
 }
 

@@ -20,13 +20,21 @@ extension LMDBTransaction {
     }
 
     func get(_ key: String, in keyspace: String) throws -> Record? {
+        try get(key, in: keyspace, extra: true)
+    }
+
+    func getWithoutExtra(_ key: String, in keyspace: String) throws -> Record? {
+        try get(key, in: keyspace, extra: false)
+    }
+
+    private func get(_ key: String, in keyspace: String, extra: Bool) throws -> Record? {
         try ensureActive()
         guard let ks = try lookupKeyspace(keyspace),
               let k = keyBuffer.write(prefix: ks.id, text: key, limit: Layout.maxLMDBKeySize) else { return nil }
         guard let data = try currentTxn().get(env.records, key: k, context: ["keyspace": keyspace, "key": key]) else {
             return nil
         }
-        return try RecordHeader.decode(key: key, value: data)
+        return try RecordHeader.decode(key: key, value: data, extra: extra)
     }
 
     func count(in keyspace: String, includeDeleted: Bool) throws -> Int {
@@ -46,6 +54,13 @@ extension LMDBTransaction {
         try ensureActive()
         guard let ks = try lookupKeyspace(keyspace) else { return }
         try enumerateRecords(ks, range: range, descending: descending, body)
+    }
+
+    func enumerateWithoutExtra(in keyspace: String, range: KeyRange, descending: Bool,
+                               _ body: (Record) throws -> Bool) throws {
+        try ensureActive()
+        guard let ks = try lookupKeyspace(keyspace) else { return }
+        try enumerateRecords(ks, range: range, descending: descending, extra: false, body)
     }
 
     // MARK: Ordered key sets (records without sequence index entries, see Codec.swift)
@@ -68,8 +83,8 @@ extension LMDBTransaction {
     }
 
     /// The records of keyspace (or key set) `ks` in `range`, merging a write transaction's
-    /// overlay.
-    private func enumerateRecords(_ ks: KeyspaceState, range: KeyRange, descending: Bool,
+    /// overlay; with `extra` false, their `extra` left empty (not copied out of the map).
+    private func enumerateRecords(_ ks: KeyspaceState, range: KeyRange, descending: Bool, extra: Bool = true,
                                   _ body: (Record) throws -> Bool) throws {
         let lower = fullKey(ks.id, range.lowerBound ?? "")
         let upper = range.upperBound.map { fullKey(ks.id, $0) }
@@ -107,15 +122,16 @@ extension LMDBTransaction {
             }
             let live = entry.flatMap { overlay.inRange($0.key) ? $0 : nil }
             let candidate = overlay.entries.isEmpty ? nil : overlay.next()
-            let record: Record
+            var record: Record
             if let live, candidate.map({ descending ? compareBytes(live.key, $0.key) > 0
                                                    : compareBytes(live.key, $0.key) < 0 }) ?? true {
                 let name = String(decoding: UnsafeRawBufferPointer(rebasing: live.key[4...]), as: UTF8.self)
-                record = try RecordHeader.decode(key: name, value: live.value)
+                record = try RecordHeader.decode(key: name, value: live.value, extra: extra)
                 if isWrite { overlay.setAfter(live.key) }
                 pendingLive = false
             } else if let candidate {
                 record = candidate.record
+                if !extra { record.extra = [] }
                 overlay.setAfter(candidate.key)
                 pendingLive = live != nil
             } else {

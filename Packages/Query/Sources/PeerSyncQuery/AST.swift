@@ -231,7 +231,9 @@ struct QueryPlan: Sendable, Hashable {
 struct PlanFacts: Sendable {
     let includesDeleted: Bool
     let readsExpiration: Bool
-    let readProperties: Set<String>?
+    /// The top-level properties the plan reads (``QueryPlan/readProperties``), prepared for
+    /// the partial parse of each stored body; nil: all of them.
+    let readProperties: JSONValue.PropertySelection?
     let isAggregate: Bool
     /// What ``Executor/validate()`` throws for the plan's shape (an aggregate where none may
     /// be), nil when the shape is valid.
@@ -240,7 +242,7 @@ struct PlanFacts: Sendable {
     init(_ plan: QueryPlan) {
         includesDeleted = plan.includesDeleted
         readsExpiration = plan.readsExpiration
-        readProperties = plan.readProperties
+        readProperties = plan.readProperties.map(JSONValue.PropertySelection.init)
         isAggregate = plan.isAggregate
         do {
             try Executor.checkShape(plan)

@@ -6,7 +6,9 @@ import PeerSyncCore
 struct QueryDocument: Sendable {
     var id: String
     var sequence: UInt64
-    var revisionID: String
+    /// The revision ID's UTF-8 bytes, as stored (decoded only when `meta().revisionID` is read).
+    var revision: [UInt8]
+    var revisionID: String { String(decoding: revision, as: UTF8.self) }
     var isDeleted: Bool
     /// Milliseconds since 1970, nil when none is set.
     var expiration: Int64?
@@ -14,6 +16,22 @@ struct QueryDocument: Sendable {
     /// In a join: the document of each joined data source by alias, nil for an unmatched
     /// `LEFT OUTER JOIN` (MISSING). Empty for a query over one data source.
     var joined: [String: QueryDocument?] = [:]
+
+    init(id: String, sequence: UInt64, revisionID: String, isDeleted: Bool, expiration: Int64?,
+         properties: [String: JSONValue]) {
+        self.init(id: id, sequence: sequence, revision: Array(revisionID.utf8), isDeleted: isDeleted,
+                  expiration: expiration, properties: properties)
+    }
+
+    init(id: String, sequence: UInt64, revision: [UInt8], isDeleted: Bool, expiration: Int64?,
+         properties: [String: JSONValue]) {
+        self.id = id
+        self.sequence = sequence
+        self.revision = revision
+        self.isDeleted = isDeleted
+        self.expiration = expiration
+        self.properties = properties
+    }
 
     /// The document an expression qualified with `alias` reads: a joined source's (nil when
     /// unmatched), else this one (unqualified, or the `FROM` source's alias).
@@ -45,21 +63,20 @@ struct Evaluator {
         switch node {
         case .literal(let v): return v
         case .property(let path, let alias):
-            guard let document = document?.source(alias) else { return nil }
-            return Evaluator.resolve(path, in: document.properties)
+            // One data source (no join): the document itself, not a copy of it per property read.
+            guard let document else { return nil }
+            if document.joined.isEmpty { return Evaluator.resolve(path, in: document.properties) }
+            guard let source = document.source(alias) else { return nil }
+            return Evaluator.resolve(path, in: source.properties)
         case .all(let alias):
             guard let document = document?.source(alias) else { return nil }
             return .object(document.properties)
         case .parameter(let name): return parameters[name]
         case .meta(let key, let alias):
-            guard let document = document?.source(alias) else { return nil }
-            switch key {
-            case .id: return .string(document.id)
-            case .sequence: return .int(Int64(clamping: document.sequence))
-            case .revisionID: return .string(document.revisionID)
-            case .deleted: return .bool(document.isDeleted)
-            case .expiration: return document.expiration.map { .int($0) }
-            }
+            guard let document else { return nil }
+            if document.joined.isEmpty { return Evaluator.meta(key, of: document) }
+            guard let source = document.source(alias) else { return nil }
+            return Evaluator.meta(key, of: source)
         case .aggregate:
             guard let aggregates, let value = aggregates[node] else {
                 throw PeerSyncError(.invalidQuery, "an aggregate function is used outside of an aggregate query")
@@ -113,6 +130,17 @@ struct Evaluator {
             var out: [JSONValue] = []
             for item in items { out.append(try evaluate(item, document, aggregates: aggregates) ?? .null) }
             return .array(out)
+        }
+    }
+
+    /// The value of `meta().key` for `document`.
+    static func meta(_ key: MetaKey, of document: QueryDocument) -> JSONValue? {
+        switch key {
+        case .id: return .string(document.id)
+        case .sequence: return .int(Int64(clamping: document.sequence))
+        case .revisionID: return .string(document.revisionID)
+        case .deleted: return .bool(document.isDeleted)
+        case .expiration: return document.expiration.map { .int($0) }
         }
     }
 

@@ -278,34 +278,26 @@ enum IndexedScan {
     /// an index without order, the documents of its ranges in document-ID order; for an index
     /// giving the order, in that order with ties (equal ordered values) in document-ID order.
     static func run(_ path: AccessPath, collection: Collection, transaction: DatabaseReadTransaction,
-                    includeDeleted: Bool, readsExpiration: Bool, readProperties: Set<String>? = nil,
+                    includeDeleted: Bool, readsExpiration: Bool, readProperties: JSONValue.PropertySelection? = nil,
                     after: String? = nil, visit: (QueryDocument) throws -> Bool) throws {
-        func emit(_ document: Document) throws -> Bool {
+        func fetched(_ document: QueriedDocument) throws -> Bool {
             var expiration: Int64?
             if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
                 expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
             }
-            return try visit(QueryDocument(id: document.id, sequence: document.sequence,
-                                           revisionID: document.revisionID ?? "", isDeleted: document.isDeleted,
-                                           expiration: expiration,
-                                           properties: readProperties.map { document.properties(readingOnly: $0) } ?? document.properties))
+            return try visit(QueryDocument(id: document.id, sequence: document.sequence, revision: document.version,
+                                           isDeleted: document.isDeleted, expiration: expiration, properties: document.properties))
         }
         guard let index = path.index else {
-            try transaction.forEachDocument(in: collection, after: after, includeDeleted: includeDeleted, emit)
+            // The records themselves, no `Document` (and its lazily parsed body) per row.
+            try transaction.forEachQueriedDocument(in: collection, after: after, includeDeleted: includeDeleted,
+                                                   readingOnly: readProperties, fetched)
             return
         }
         // Entries in the order they are to be visited: each row from its key when the index
         // covers the query (and the key's values read back exactly), else from its document,
         // read by ID (skipped when no longer there). False: `visit` asked to stop.
         let count = index.expressions.count
-        func fetched(_ document: QueriedDocument) throws -> Bool {
-            var expiration: Int64?
-            if readsExpiration, let date = try transaction.expiration(ofDocument: document.id, in: collection) {
-                expiration = Int64((date.timeIntervalSince1970 * 1000).rounded())
-            }
-            return try visit(QueryDocument(id: document.id, sequence: document.sequence, revisionID: document.revisionID,
-                                           isDeleted: false, expiration: expiration, properties: document.properties))
-        }
         func visitEntries(_ entries: ArraySlice<(id: String, key: [UInt8])>) throws -> Bool {
             guard let covering = path.covering else {
                 var stopped = false

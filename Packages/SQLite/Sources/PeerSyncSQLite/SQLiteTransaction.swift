@@ -68,6 +68,8 @@ enum SQLiteSchema {
     }
 
     static let recordColumns = "seq, key, flags, version, body, extra"
+    /// ``recordColumns`` without `extra` (a record read without it).
+    static let recordColumnsWithoutExtra = "seq, key, flags, version, body"
 
     static let createKeySetCatalog = """
         CREATE TABLE IF NOT EXISTS peersync_keysets (
@@ -131,14 +133,17 @@ final class KeyspaceTable: NamedSQLiteTable {
 
     var loadLastSequence: SQLiteStatement?
     var get: SQLiteStatement?
+    var getWithoutExtra: SQLiteStatement?
     var insert: SQLiteStatement?
     var tombstone: SQLiteStatement?
     var purge: SQLiteStatement?
     var countAll: SQLiteStatement?
     var countLive: SQLiteStatement?
-    /// Enumeration statements: 12 key-range shapes (see `rangeShape`) + 1 by-sequence.
-    var enumerations = [SQLiteStatement?](repeating: nil, count: 13)
+    /// Enumeration statements: 12 key-range shapes (see `rangeShape`) + 1 by-sequence, then
+    /// the 12 key-range shapes again without the `extra` column.
+    var enumerations = [SQLiteStatement?](repeating: nil, count: 25)
     static let sinceSlot = 12
+    static let withoutExtraSlots = 13
 
     init(id: Int64, name: String, lastSequence: UInt64, serial: UInt64) {
         self.id = id
@@ -395,12 +400,13 @@ final class SQLiteTransaction: StorageWriter {
         return "SELECT \(columns) FROM \(table)\(filter) ORDER BY key\(descending ? " DESC" : "")"
     }
 
-    /// Reads the current row of a `SELECT seq, key, flags, version, body, extra` statement.
+    /// Reads the current row of a `SELECT seq, key, flags, version, body, extra` statement
+    /// (without `extra`: `extra` false, the record's left empty).
     @inline(__always)
-    private func record(_ row: SQLiteStatement) -> Record {
+    private func record(_ row: SQLiteStatement, extra: Bool = true) -> Record {
         Record(key: row.text(1), sequence: row.uint64(0),
                flags: RecordFlags(rawValue: UInt32(truncatingIfNeeded: row.int64(2))),
-               version: row.bytes(3), body: row.bytes(4), extra: row.bytes(5))
+               version: row.bytes(3), body: row.bytes(4), extra: extra ? row.bytes(5) : [])
     }
 
     // MARK: StorageReader
@@ -428,18 +434,48 @@ final class SQLiteTransaction: StorageWriter {
         }
     }
 
+    func getWithoutExtra(_ key: String, in keyspace: String) throws -> Record? {
+        try checkValid()
+        guard let table = try table(keyspace, create: false) else { return nil }
+        let select = try statement(\.getWithoutExtra, of: table) {
+            "SELECT seq, flags, version, body FROM \($0) WHERE key = ?1"
+        }
+        var keyCopy = key
+        return try keyCopy.withUTF8 { keyBytes in
+            defer { select.reset() }
+            try select.bindTextNoCopy(1, keyBytes)
+            guard try select.step() else { return nil }
+            return Record(key: key, sequence: select.uint64(0),
+                          flags: RecordFlags(rawValue: UInt32(truncatingIfNeeded: select.int64(1))),
+                          version: select.bytes(2), body: select.bytes(3))
+        }
+    }
+
     func enumerate(in keyspace: String, range: KeyRange, descending: Bool,
                    _ body: (Record) throws -> Bool) throws {
+        try enumerate(in: keyspace, range: range, descending: descending, extra: true, body)
+    }
+
+    func enumerateWithoutExtra(in keyspace: String, range: KeyRange, descending: Bool,
+                               _ body: (Record) throws -> Bool) throws {
+        try enumerate(in: keyspace, range: range, descending: descending, extra: false, body)
+    }
+
+    /// The records in `range`, with their `extra` column or without it (left empty).
+    @inline(__always)
+    private func enumerate(in keyspace: String, range: KeyRange, descending: Bool, extra: Bool,
+                           _ body: (Record) throws -> Bool) throws {
         try checkValid()
         guard let table = try table(keyspace, create: false) else { return }
         let shape = Self.rangeShape(range, descending: descending)
-        try enumerate(table, slot: shape, sql: { name in
-            Self.rangeSQL(name, columns: SQLiteSchema.recordColumns, range, descending: descending)
+        let columns = extra ? SQLiteSchema.recordColumns : SQLiteSchema.recordColumnsWithoutExtra
+        try enumerate(table, slot: extra ? shape : KeyspaceTable.withoutExtraSlots + shape, sql: { name in
+            Self.rangeSQL(name, columns: columns, range, descending: descending)
         }) { rows in
             if let lower = range.lowerBound { try rows.bindText(1, lower) }
             if let upper = range.upperBound { try rows.bindText(2, upper) }
             while try rows.step() {
-                guard try body(record(rows)) else { break }
+                guard try body(record(rows, extra: extra)) else { break }
             }
         }
     }

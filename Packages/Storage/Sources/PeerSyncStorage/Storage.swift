@@ -97,6 +97,16 @@ public protocol StorageReader {
     /// Records with `sequence > since`, in sequence order; `body` returns `false` to stop.
     /// Purged records are absent; a record appears once, at its latest sequence.
     func enumerate(in keyspace: String, since: UInt64, _ body: (Record) throws -> Bool) throws
+    /// The record with this key, or nil, as ``get(_:in:)`` gives it but with ``Record/extra``
+    /// empty: for a reader that does not use it (a query reads a document's current body, not
+    /// its revision tree), so the backend need not copy it out.
+    /// Optional for a backend: the default calls ``get(_:in:)`` and empties `extra`.
+    func getWithoutExtra(_ key: String, in keyspace: String) throws -> Record?
+    /// The records of ``enumerate(in:range:descending:_:)`` with ``Record/extra`` empty (see
+    /// ``getWithoutExtra(_:in:)``). Optional for a backend: the default calls
+    /// ``enumerate(in:range:descending:_:)`` and empties `extra`.
+    func enumerateWithoutExtra(in keyspace: String, range: KeyRange, descending: Bool,
+                               _ body: (Record) throws -> Bool) throws
     /// The number of records, counting tombstones only if asked.
     func count(in keyspace: String, includeDeleted: Bool) throws -> Int
     /// The highest sequence ever assigned in the keyspace (0 if none); never decreases,
@@ -247,6 +257,23 @@ extension StorageReader {
     /// Every record of the keyspace in key order.
     public func enumerate(in keyspace: String, _ body: (Record) throws -> Bool) throws {
         try enumerate(in: keyspace, range: .all, descending: false, body)
+    }
+
+    /// The default: ``get(_:in:)`` with `extra` emptied.
+    public func getWithoutExtra(_ key: String, in keyspace: String) throws -> Record? {
+        guard var record = try get(key, in: keyspace) else { return nil }
+        record.extra = []
+        return record
+    }
+
+    /// The default: ``enumerate(in:range:descending:_:)`` with `extra` emptied.
+    public func enumerateWithoutExtra(in keyspace: String, range: KeyRange, descending: Bool,
+                                      _ body: (Record) throws -> Bool) throws {
+        try enumerate(in: keyspace, range: range, descending: descending) { record in
+            var record = record
+            record.extra = []
+            return try body(record)
+        }
     }
 }
 

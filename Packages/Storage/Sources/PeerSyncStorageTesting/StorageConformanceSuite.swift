@@ -189,6 +189,7 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
         ConformanceCase(name: "orderedKeySets", needsMultiProcess: false, body: KeySetCases.orderedKeySets),
         ConformanceCase(name: "readWithoutWaiting", needsMultiProcess: false, body: InlineReadCases.readWithoutWaiting),
+        ConformanceCase(name: "readsWithoutExtra", needsMultiProcess: false, body: WithoutExtraCases.readsWithoutExtra),
         ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
         ConformanceCase(name: "childKilledMidWrite", needsMultiProcess: true, body: MultiProcessCases.childKilledMidWrite),
         ConformanceCase(name: "readersDoNotWaitForAnotherProcessWriting", needsMultiProcess: true,
