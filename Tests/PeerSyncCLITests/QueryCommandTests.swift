@@ -1,5 +1,6 @@
 import Foundation
 import PeerSync
+@_spi(Indexing) import PeerSyncDatabase
 import PeerSyncTestSupport
 import Testing
 @testable import peersync
@@ -14,6 +15,19 @@ import Testing
         var names = ["sqlite"]
         if StorageBackends.named("lmdb") != nil { names.append("lmdb") }
         return names
+    }
+
+    /// Fails when a value index of `collection` in the database at `path` is stale.
+    static func expectIndexesUpToDate(_ path: String, backend: String, collection name: String) async throws {
+        let storage = try #require(StorageBackends.named(backend))
+        let database = try await Database(path: path, config: DatabaseConfiguration(directory: path, backend: storage))
+        let collection = try #require(try await database.collection(name: name))
+        let definitions = try await collection.indexDefinitions()
+        #expect(!definitions.isEmpty)
+        for definition in definitions {
+            #expect(!definition.isStale, "index \(definition.name) was left stale by a CLI write")
+        }
+        try await database.close()
     }
 
     @Test(arguments: QueryCommandTests.backends)
@@ -31,6 +45,16 @@ import Testing
 
             let create = try await Self.peersync(["--db", db, "--collection", "tasks", "index", "create", "byType", "type", "n"])
             #expect(create.status == 0, "\(create.standardError)")
+            // Writes of later commands keep the index up to date (the CLI installs the query
+            // module's indexer for every command), so they do not leave it stale for the next
+            // query to rebuild.
+            let more = dir + "/more.jsonl"
+            try #"{"_id":"t13","type":"task","n":13}"#.write(toFile: more, atomically: true, encoding: .utf8)
+            let importedMore = try await Self.peersync(["--db", db, "--collection", "tasks", "import", more])
+            #expect(importedMore.status == 0, "\(importedMore.standardError)")
+            let put = try await Self.peersync(["--db", db, "--collection", "tasks", "put", "t14", #"{"type":"task","n":14}"#])
+            #expect(put.status == 0, "\(put.standardError)")
+            try await Self.expectIndexesUpToDate(db, backend: backend, collection: "tasks")
             let list = try await Self.peersync(["--db", db, "--collection", "tasks", "index", "list"])
             #expect(list.status == 0)
             #expect(list.standardOutput == "byType\ttype, n\n")

@@ -34,6 +34,12 @@ enum DatabaseOpening {
     static func open(_ directory: String, backend requested: String?) async throws -> (Database, any StorageBackend) {
         let backend = try backend(for: directory, requested: requested)
         let db = try await Database(path: directory, config: DatabaseConfiguration(directory: directory, backend: backend))
+        // Commands that write documents (put, import, sync, serve, mesh) keep value indexes up
+        // to date only in a process where the query module's indexer is installed; it is
+        // installed by the first use of an index or query API, so touch one here. Without it
+        // their writes would mark the indexes stale, for the next query to rebuild them whole
+        // (Query README, "Indexes"). Reading the default collection's index names is cheap.
+        _ = try await db.defaultCollection().indexes()
         return (db, backend)
     }
 }
