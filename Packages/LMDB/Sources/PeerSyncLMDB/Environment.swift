@@ -330,14 +330,7 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// cooperative one, for the one synchronous call that uses it.
     func beginReadWithoutWaiting() throws(PeerSyncError) -> TxnHandle? {
         guard gate.tryLockShared() else { return nil }
-        if let failure {
-            gate.unlockShared()
-            throw failure
-        }
-        guard handle.isOpen else {
-            gate.unlockShared()
-            throw PeerSyncError(.closed, "the LMDB store is closed", context: ["directory": directory])
-        }
+        try releaseGateUnlessUsable()
         do {
             return try handle.beginTransaction(readOnly: true)
         } catch where error.code == .lmdbMapResized || error.code == .busy {
@@ -394,6 +387,12 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// Takes the gate shared if the environment is open and usable (else throws, not holding it).
     private func lockSharedUsable(_ deadline: Deadline) throws(PeerSyncError) {
         try gate.lockShared(deadline, directory: directory)
+        try releaseGateUnlessUsable()
+    }
+
+    /// With the gate held shared: throws, releasing the gate, when the environment failed or
+    /// is closed; returns still holding it otherwise.
+    private func releaseGateUnlessUsable() throws(PeerSyncError) {
         if let failure {
             gate.unlockShared()
             throw failure

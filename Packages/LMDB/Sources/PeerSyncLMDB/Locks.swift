@@ -65,18 +65,11 @@ final class TransactionGate: @unchecked Sendable {
         let me = Self.currentThread()
         condition.lock()
         defer { condition.unlock() }
-        if let held = holders[me], held > 0 {
-            holders[me] = held + 1
-            sharedCount += 1
-            return
-        }
-        while exclusive || exclusiveWaiters > 0 {
+        while !takeSharedIfFree(me) {
             if !condition.wait(until: deadline.date), exclusive || exclusiveWaiters > 0, deadline.hasPassed {
                 throw deadline.busyError("the map (being resized or closed)", directory: directory)
             }
         }
-        holders[me] = 1
-        sharedCount += 1
     }
 
     /// ``lockShared(_:directory:)`` without waiting: false (not holding the gate) when an
@@ -86,6 +79,12 @@ final class TransactionGate: @unchecked Sendable {
         let me = Self.currentThread()
         condition.lock()
         defer { condition.unlock() }
+        return takeSharedIfFree(me)
+    }
+
+    /// Under `condition`'s lock: takes the gate shared for thread `me` — again, if `me` holds
+    /// it already; else only while no exclusive holder or waiter is in the way (false then).
+    private func takeSharedIfFree(_ me: UInt) -> Bool {
         if let held = holders[me], held > 0 {
             holders[me] = held + 1
             sharedCount += 1

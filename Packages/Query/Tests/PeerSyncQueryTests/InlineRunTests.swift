@@ -25,7 +25,7 @@ import Testing
     @Test(arguments: Backend.available)
     func aLoopOfShortRunsLetsTheOtherTasksOfItsExecutorRun(_ backend: Backend) async throws {
         let counting = InlineCountingBackend(inner: backend.make())
-        try await withDatabase(counting) { db in
+        try await withDatabase(on: counting) { db in
             let c = try await db.createCollection(name: "items")
             try await db.inBatch { txn in
                 for i in 0..<50 {
@@ -67,24 +67,6 @@ import Testing
     }
 }
 
-/// Opens a fresh database over `backend` in a temporary directory, runs `body`, deletes it all.
-private func withDatabase(_ backend: InlineCountingBackend, _ body: (Database) async throws -> Void) async throws {
-    let path = FileManager.default.temporaryDirectory
-        .appendingPathComponent("peersync-querytest-\(UUID().uuidString)", isDirectory: true).path
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    defer {
-        try? FileManager.default.removeItem(atPath: path)
-        MemoryStorageBackend().removeStore(in: path)
-    }
-    let database = try await Database(name: "test", config: DatabaseConfiguration(directory: path, backend: backend, durable: false))
-    do {
-        try await body(database)
-    } catch {
-        try? await database.close()
-        throw error
-    }
-    try await database.close()
-}
 
 /// A backend that forwards to another and counts the reads its stores ran on the caller's
 /// thread (`readWithoutWaiting`).

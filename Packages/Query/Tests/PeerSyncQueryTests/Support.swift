@@ -8,6 +8,12 @@ import Testing
 
 /// Opens a fresh database in a temporary directory, runs `body`, then deletes it all.
 func withDatabase(_ backend: Backend, _ body: (Database) async throws -> Void) async throws {
+    try await withDatabase(on: backend.make(), body)
+}
+
+/// Opens a fresh database over `storage` in a temporary directory, runs `body`, then deletes
+/// it all.
+func withDatabase(on storage: any StorageBackend, _ body: (Database) async throws -> Void) async throws {
     let path = FileManager.default.temporaryDirectory
         .appendingPathComponent("peersync-querytest-\(UUID().uuidString)", isDirectory: true).path
     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -15,7 +21,7 @@ func withDatabase(_ backend: Backend, _ body: (Database) async throws -> Void) a
         try? FileManager.default.removeItem(atPath: path)
         MemoryStorageBackend().removeStore(in: path)
     }
-    let database = try await Database(name: "test", config: DatabaseConfiguration(directory: path, backend: backend.make(), durable: false))
+    let database = try await Database(name: "test", config: DatabaseConfiguration(directory: path, backend: storage, durable: false))
     do {
         try await body(database)
     } catch {

@@ -184,9 +184,20 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
         try checkOpen()
         let reader = try readerPool.withLock { $0.idle.popLast() } ?? openReader()
         defer { checkIn(reader) }
-        let transaction = SQLiteTransaction(connection: reader, writable: false)
         do {
             try reader.beginTransaction(immediate: false)
+        } catch {
+            reader.rollbackAfterFailure(forgetKeyspaces: false)
+            throw error
+        }
+        return try runBegunRead(on: reader, body)
+    }
+
+    /// Runs `body` in the read transaction just begun on `reader`, then ends it: commits, or
+    /// rolls back and rethrows what `body` (or the commit) threw.
+    private func runBegunRead<R>(on reader: SQLiteConnection, _ body: (any StorageReader) throws -> R) throws -> R {
+        let transaction = SQLiteTransaction(connection: reader, writable: false)
+        do {
             let result = try body(transaction)
             transaction.invalidate()
             try reader.commit()
@@ -222,17 +233,7 @@ final class SQLiteStorage: Storage, @unchecked Sendable {
             throw error
         }
         reader.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
-        let transaction = SQLiteTransaction(connection: reader, writable: false)
-        do {
-            let result = try body(transaction)
-            transaction.invalidate()
-            try reader.commit()
-            return result
-        } catch {
-            transaction.invalidate()
-            reader.rollbackAfterFailure(forgetKeyspaces: false)
-            throw error
-        }
+        return try runBegunRead(on: reader, body)
     }
 
     private func checkIn(_ reader: SQLiteConnection) {

@@ -418,28 +418,21 @@ final class SQLiteTransaction: StorageWriter {
     }
 
     func get(_ key: String, in keyspace: String) throws -> Record? {
-        try checkValid()
-        guard let table = try table(keyspace, create: false) else { return nil }
-        let select = try statement(\.get, of: table) {
-            "SELECT seq, flags, version, body, extra FROM \($0) WHERE key = ?1"
-        }
-        var keyCopy = key
-        return try keyCopy.withUTF8 { keyBytes in
-            defer { select.reset() }
-            try select.bindTextNoCopy(1, keyBytes)
-            guard try select.step() else { return nil }
-            return Record(key: key, sequence: select.uint64(0),
-                          flags: RecordFlags(rawValue: UInt32(truncatingIfNeeded: select.int64(1))),
-                          version: select.bytes(2), body: select.bytes(3), extra: select.bytes(4))
-        }
+        try select(key, in: keyspace, withExtra: true)
     }
 
     func getWithoutExtra(_ key: String, in keyspace: String) throws -> Record? {
+        try select(key, in: keyspace, withExtra: false)
+    }
+
+    /// The record of `key`, with its `extra` bytes or without them (an empty `extra`: the
+    /// column is not selected).
+    private func select(_ key: String, in keyspace: String, withExtra: Bool) throws -> Record? {
         try checkValid()
         guard let table = try table(keyspace, create: false) else { return nil }
-        let select = try statement(\.getWithoutExtra, of: table) {
-            "SELECT seq, flags, version, body FROM \($0) WHERE key = ?1"
-        }
+        let select = withExtra
+            ? try statement(\.get, of: table) { "SELECT seq, flags, version, body, extra FROM \($0) WHERE key = ?1" }
+            : try statement(\.getWithoutExtra, of: table) { "SELECT seq, flags, version, body FROM \($0) WHERE key = ?1" }
         var keyCopy = key
         return try keyCopy.withUTF8 { keyBytes in
             defer { select.reset() }
@@ -447,7 +440,7 @@ final class SQLiteTransaction: StorageWriter {
             guard try select.step() else { return nil }
             return Record(key: key, sequence: select.uint64(0),
                           flags: RecordFlags(rawValue: UInt32(truncatingIfNeeded: select.int64(1))),
-                          version: select.bytes(2), body: select.bytes(3))
+                          version: select.bytes(2), body: select.bytes(3), extra: withExtra ? select.bytes(4) : [])
         }
     }
 
