@@ -50,6 +50,12 @@ final class LMDBTransaction: StorageWriter {
     /// True while the journal is replayed into a new LMDB transaction.
     private(set) var replaying = false
     var keyOverlays: [KeyOverlay] = []
+    /// Key-set puts held back until the commit, per key set (see PendingKeySetPuts.swift in
+    /// PeerSyncStorage); not yet in the journal (they are journaled as they are written out).
+    var pendingKeySets: [PendingKeySetPuts] = []
+    /// Puts held back since the last write-out (replaced keys counted again): bounded by
+    /// ``PendingKeySetPuts/maxPendingPuts``.
+    var pendingPuts = 0
     var seqOverlays: [SeqOverlay] = []
     let keyBuffer = ScratchBuffer(capacity: 1024)
     let seekBuffer = ScratchBuffer(capacity: 1024)
@@ -76,14 +82,20 @@ final class LMDBTransaction: StorageWriter {
         active = false
         abandonTransaction()
         journal = []
+        pendingKeySets = []
+        pendingPuts = 0
         keyOverlays = []
         seqOverlays = []
     }
 
-    /// Writes back keyspace counters and commits. On `MDB_MAP_FULL` grows the map, replays
-    /// and commits again.
+    /// Writes the held-back key-set puts and the keyspace counters back and commits. On
+    /// `MDB_MAP_FULL` grows the map, replays and commits again.
     func commit() throws(PeerSyncError) {
         try ensureWritable()
+        // Into this LMDB transaction, each put journaled as it is written: a map growth during
+        // or after the write-out replays them with the rest. A failed write-out poisons the
+        // transaction (`perform`), so it cannot commit.
+        try writePendingEntries()
         while true {
             try perform { () throws(PeerSyncError) in try flushKeyspaces() }
             guard let current = txn else { throw noTransaction() }

@@ -67,6 +67,7 @@ extension LMDBTransaction {
 
     func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
         try ensureActive()
+        try writePendingEntries(of: keySet)
         guard let ks = try lookupKeyspace(keySet, keySet: true),
               let k = keyBuffer.write(prefix: ks.id, text: key, limit: Layout.maxLMDBKeySize) else { return nil }
         guard let data = try currentTxn().get(env.records, key: k, context: ["keySet": keySet, "key": key]) else {
@@ -78,6 +79,7 @@ extension LMDBTransaction {
     func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
                           _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
         try ensureActive()
+        try writePendingEntries(of: keySet)
         guard let ks = try lookupKeyspace(keySet, keySet: true) else { return }
         try enumerateRecords(ks, range: range, descending: descending) { record in try body(record.key, record.body) }
     }

@@ -60,6 +60,8 @@ extension LMDBTransaction {
 
     // MARK: Ordered key sets: keyspaces without sequence index entries
 
+    /// Held back until the commit, or until the transaction reads or removes entries of the
+    /// key set (see PendingKeySetPuts.swift in PeerSyncStorage); checked for size now.
     func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
         try ensureWritable()
         guard key.utf8.count <= Layout.maxRecordKeySize else {
@@ -70,19 +72,26 @@ extension LMDBTransaction {
             throw PeerSyncError(.tooLarge, "the key set name is longer than \(Layout.maxKeyspaceNameSize) bytes",
                                 context: ["keySet": keySet])
         }
-        let record = Record(key: key, body: value)
-        guard let size = RecordHeader.storedSize(record) else {
+        guard RecordHeader.storedSize(Record(key: key, body: value)) != nil else {
             throw PeerSyncError(.tooLarge, "the entry is larger than LMDB's 4 GiB value limit",
                                 context: ["keySet": keySet, "key": key])
         }
-        _ = try perform { () throws(PeerSyncError) in try putCore(record, keySet, storedSize: size, keySet: true) }
-        journal.append(.putEntry(record, keySet: keySet, storedSize: size))
-        journalBytes &+= size &+ key.utf8.count &+ 64
+        let pending: PendingKeySetPuts
+        if let found = self.pending(keySet) {
+            pending = found
+        } else {
+            pending = PendingKeySetPuts(name: keySet)
+            pendingKeySets.append(pending)
+        }
+        pending.put(key, value)
+        pendingPuts += 1
+        if pendingPuts >= PendingKeySetPuts.maxPendingPuts { try writePendingEntries() }
     }
 
     @discardableResult
     func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
         try ensureWritable()
+        try writePendingEntries(of: keySet)
         let existed = try perform { () throws(PeerSyncError) in try purgeCore(key, keySet, keySet: true) }
         if existed {
             journal.append(.removeEntry(key: key, keySet: keySet, existed: true))
@@ -93,10 +102,53 @@ extension LMDBTransaction {
 
     func dropKeySet(_ keySet: String) throws {
         try ensureWritable()
+        pendingKeySets.removeAll { sameBytes($0.name, keySet) }
         let existed = try perform { () throws(PeerSyncError) in try dropCore(keySet, keySet: true) }
         if existed {
             journal.append(.dropKeySet(keySet: keySet))
             journalBytes &+= 64
+        }
+    }
+
+    // MARK: Held-back key-set puts
+
+    /// The held-back puts of key set `name`, if it has any.
+    private func pending(_ name: String) -> PendingKeySetPuts? {
+        if pendingKeySets.isEmpty { return nil }
+        return pendingKeySets.last(where: { sameBytes($0.name, name) })
+    }
+
+    /// Writes the held-back puts of key set `name`, if any, in key order (before the
+    /// transaction reads, enumerates or removes its entries).
+    @inline(__always)
+    func writePendingEntries(of name: String) throws(PeerSyncError) {
+        if let pending = pending(name) { try writeOut(pending) }
+    }
+
+    /// Writes every held-back put, each key set's in key order.
+    func writePendingEntries() throws(PeerSyncError) {
+        for pending in pendingKeySets { try writeOut(pending) }
+        pendingKeySets.removeAll()
+        pendingPuts = 0
+    }
+
+    /// Writes the held-back puts of one key set in key order (creating the key set), each
+    /// through `perform` and then journaled, exactly as an immediate put would have been: a
+    /// map growth replays the ones written so far and retries the current one. Consecutive
+    /// keys land in the same leaf page, which LMDB's cursor put finds without descending the
+    /// tree again. A failure poisons the transaction (`perform`): the puts not written are gone.
+    private func writeOut(_ pending: PendingKeySetPuts) throws(PeerSyncError) {
+        if pending.isEmpty { return }
+        let keySet = pending.name
+        for put in pending.takeSorted() {
+            let record = Record(key: put.key, body: put.value)
+            guard let size = RecordHeader.storedSize(record) else {
+                // Checked by `putEntry`.
+                throw PeerSyncError(.internalError, "a held-back entry is too large", context: ["keySet": keySet])
+            }
+            _ = try perform { () throws(PeerSyncError) in try putCore(record, keySet, storedSize: size, keySet: true) }
+            journal.append(.putEntry(record, keySet: keySet, storedSize: size))
+            journalBytes &+= size &+ put.key.utf8.count &+ 64
         }
     }
 

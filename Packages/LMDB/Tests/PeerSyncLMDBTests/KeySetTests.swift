@@ -43,4 +43,106 @@ import Testing
             #expect(try LMDBStorageBackend().checkIntegrity(directory: dir) == [])
         }
     }
+
+    /// Key-set puts are held back and written sorted at the commit: a map too small for them
+    /// grows during that write-out, and the replay re-applies the entries written before it
+    /// (and the transaction's other writes) exactly once, so every entry and the record are
+    /// there afterwards, with the last value of a key put twice.
+    @Test func heldBackPutsGrowTheMapWhenWrittenAtTheCommit() throws {
+        try withTemporaryDirectory { dir in
+            let storage = try openStore(dir, initialSize: 1 << 20)
+            defer { try? storage.close() }
+            let count = 20_000
+            var keys = (0..<count).map { String(format: "k%06d", $0) }
+            var generator = SystemRandomNumberGenerator()
+            keys.shuffle(using: &generator)
+            let value = [UInt8](repeating: 9, count: 100)
+            try storage.write { w throws in
+                try w.put(Record(key: "doc", body: [1]), in: "docs")
+                for key in keys { try w.putEntry(key, value: value, inKeySet: "index") }
+                try w.putEntry("k000005", value: [5], inKeySet: "index")
+            }
+            try storage.read { r throws in
+                var seen: [String] = []
+                try r.enumerateEntries(inKeySet: "index", range: .all, descending: false) { key, _ in
+                    seen.append(key)
+                    return true
+                }
+                #expect(seen == keys.sorted())
+                #expect(try r.entry("k000005", inKeySet: "index") == [5])
+                #expect(try r.entry("k000006", inKeySet: "index") == value)
+                #expect(try r.get("doc", in: "docs")?.body == [1])
+            }
+            #expect(try LMDBStorageBackend().checkIntegrity(directory: dir) == [])
+        }
+    }
+
+    /// Written out early past ``PendingKeySetPuts/maxPendingPuts``: a transaction with more
+    /// puts than that, in shuffled order, with replaced and removed keys among them, commits
+    /// all of them and sees them itself, before and after the early write-out.
+    @Test func heldBackPutsBeyondTheLimit() throws {
+        try withTemporaryDirectory { dir in
+            let storage = try openStore(dir)
+            defer { try? storage.close() }
+            let count = PendingKeySetPuts.maxPendingPuts + 1_000
+            var keys = (0..<count).map { String(format: "k%06d", $0) }
+            var generator = SystemRandomNumberGenerator()
+            keys.shuffle(using: &generator)
+            try storage.write { w throws in
+                for (i, key) in keys.enumerated() {
+                    try w.putEntry(key, value: [UInt8(truncatingIfNeeded: i)], inKeySet: "big")
+                    if i == 10 { #expect(try w.entry(keys[3], inKeySet: "big") == [3]) }
+                }
+                try w.putEntry("k000000", value: [42], inKeySet: "big")
+                #expect(try w.removeEntry("k000001", inKeySet: "big"))
+                #expect(try w.entry("k000000", inKeySet: "big") == [42])
+                try w.putEntry("k000002", value: [43], inKeySet: "big")
+            }
+            try storage.read { r throws in
+                var seen: [String] = []
+                try r.enumerateEntries(inKeySet: "big", range: .all, descending: false) { key, _ in
+                    seen.append(key)
+                    return true
+                }
+                #expect(seen == keys.sorted().filter { $0 != "k000001" })
+                #expect(try r.entry("k000000", inKeySet: "big") == [42])
+                #expect(try r.entry("k000002", inKeySet: "big") == [43])
+                let last = try #require(keys.indices.last)
+                #expect(try r.entry(keys[last], inKeySet: "big") == [UInt8(truncatingIfNeeded: last)])
+            }
+            #expect(try LMDBStorageBackend().checkIntegrity(directory: dir) == [])
+        }
+    }
+
+    /// Dropping a key set forgets its held-back puts (later puts start it afresh), puts of
+    /// other key sets are unaffected, and a transaction that rolls back writes none of them.
+    @Test func heldBackPutsAreForgottenByDropAndRollback() throws {
+        try withTemporaryDirectory { dir in
+            let storage = try openStore(dir)
+            defer { try? storage.close() }
+            try storage.write { w throws in
+                try w.putEntry("a", value: [1], inKeySet: "dropped")
+                try w.putEntry("b", value: [2], inKeySet: "kept")
+                try w.dropKeySet("dropped")
+                try w.putEntry("c", value: [3], inKeySet: "dropped")
+                #expect(try w.entry("a", inKeySet: "dropped") == nil)
+            }
+            struct Rollback: Error {}
+            #expect(throws: Rollback.self) {
+                try storage.write { w throws in
+                    try w.putEntry("x", value: [9], inKeySet: "kept")
+                    try w.putEntry("y", value: [9], inKeySet: "new")
+                    throw Rollback()
+                }
+            }
+            try storage.read { r throws in
+                #expect(try r.entry("a", inKeySet: "dropped") == nil)
+                #expect(try r.entry("c", inKeySet: "dropped") == [3])
+                #expect(try r.entry("b", inKeySet: "kept") == [2])
+                #expect(try r.entry("x", inKeySet: "kept") == nil)
+                #expect(try r.entry("y", inKeySet: "new") == nil)
+            }
+            #expect(try LMDBStorageBackend().checkIntegrity(directory: dir) == [])
+        }
+    }
 }

@@ -190,13 +190,11 @@ final class SQLiteTransaction: StorageWriter {
     private var recentKeySet: KeySetTable?
     private var dirtyTables: [KeyspaceTable] = []
     private var changedSchema = false
-    /// Key-set puts held back until the commit, per key set (see SQLiteKeySetBuffer.swift).
+    /// Key-set puts held back until the commit, per key set (see PendingKeySetPuts.swift in PeerSyncStorage).
     private var pendingKeySets: [PendingKeySetPuts] = []
     /// Puts held back since the last write-out (replaced keys counted again): bounded by
-    /// ``maxPendingPuts``.
+    /// ``PendingKeySetPuts/maxPendingPuts``.
     private var pendingPuts = 0
-    /// Held-back puts beyond which they are written out before the commit (memory bound).
-    static let maxPendingPuts = 65_536
     /// The error of a failed write-out of held-back puts: the puts not written are gone, so
     /// this transaction must not commit even if its closure caught the error.
     private var writeOutError: (any Error)?
@@ -692,7 +690,7 @@ extension SQLiteTransaction {
     }
 
     /// Held back until the commit, or until the transaction reads or removes entries of the
-    /// key set (see SQLiteKeySetBuffer.swift).
+    /// key set (see PendingKeySetPuts.swift in PeerSyncStorage).
     func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
         try checkWritable()
         let pending: PendingKeySetPuts
@@ -704,7 +702,7 @@ extension SQLiteTransaction {
         }
         pending.put(key, value)
         pendingPuts += 1
-        if pendingPuts >= Self.maxPendingPuts { try writePendingEntries() }
+        if pendingPuts >= PendingKeySetPuts.maxPendingPuts { try writePendingEntries() }
     }
 
     @discardableResult

@@ -530,14 +530,14 @@ struct SQLiteStorageTests {
     // MARK: Keys and enumeration
 
     /// Key-set puts are held back and written sorted at the commit, and written out early
-    /// past ``SQLiteTransaction/maxPendingPuts``: a transaction with more puts than that, in
+    /// past ``PendingKeySetPuts/maxPendingPuts``: a transaction with more puts than that, in
     /// shuffled order, with replaced and removed keys among them, commits all of them, and
     /// sees them itself, before and after the early write-out.
     @Test func keySetPutsBeyondTheHeldBackLimit() throws {
         let dir = try TempDirectory()
         let storage = try backend.open(directory: dir.path, options: StorageOptions())
         defer { try? storage.close() }
-        let count = SQLiteTransaction.maxPendingPuts + 1_000
+        let count = PendingKeySetPuts.maxPendingPuts + 1_000
         var keys = (0..<count).map { String(format: "k%06d", $0) }
         var generator = SystemRandomNumberGenerator()
         keys.shuffle(using: &generator)

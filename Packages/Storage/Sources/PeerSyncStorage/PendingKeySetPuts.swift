@@ -1,44 +1,55 @@
 import Foundation
 
-// Key-set puts of a write transaction are held back and written at the end, sorted.
+// Key-set puts of a write transaction, held back by a backend and written at the end, sorted.
+// Shared by the SQLite and LMDB backends (package access: not part of the public API).
 //
 // A bulk insert into an indexed collection puts one entry per document into each index's key
 // set, in document order, which is random order for most indexes (a `type` index with 1,000
 // values gets each batch's entries spread over all of its leaf pages). Written one by one, each
-// put descends the B-tree to another leaf, and once the batch's dirty pages outgrow the page
-// cache, nearly every put reads a page back and makes SQLite spill another dirty page to the
-// WAL first (`sqlite3PcacheFetchStress` under the puts: in the profile of that insert the two
-// entry puts cost twice the document's own put). Written sorted by key at the end, each leaf
-// page is loaded once and takes all of its new entries at once. They are written
-// ``SQLiteTransaction/putsPerStatement`` rows per `INSERT` (one statement run, bind and reset
-// per 64 entries instead of per entry; SQLite still finds each row's place itself).
+// put descends the B-tree to another leaf. Written sorted by key at the end, each leaf page is
+// reached once per run of neighbouring keys and takes them together.
+//
+// SQLite: once a batch's dirty pages outgrow the page cache, nearly every unsorted put reads a
+// page back and makes SQLite spill another dirty page to the WAL first
+// (`sqlite3PcacheFetchStress` under the puts: in the profile of that insert the two entry puts
+// cost twice the document's own put); sorted, they are written
+// ``SQLiteTransaction/putsPerStatement`` rows per `INSERT`.
+// LMDB: each put copies-on-write the leaf it lands in and descends through pages spread over
+// the map; sorted, consecutive puts land in the same (already dirty, cached) leaf.
 //
 // What the transaction sees stays exactly what it wrote (the `Storage` contract): every
 // other operation on a key set — `entry`, `enumerateEntries`, `removeEntry` — first writes
 // that key set's held-back puts, in order, and `dropKeySet` forgets them; the commit writes
-// everything left before COMMIT — in the same transaction, so a crash keeps or loses the
+// everything left before committing — in the same transaction, so a crash keeps or loses the
 // entries together with the rest of it. A transaction that rolls back never writes them. (So
 // only runs of puts are sorted: a transaction that replaces entries, a remove and a put per
-// document, writes them about as before.)
+// document, writes them about as before.) A backend bounds the memory by writing everything
+// out once ``PendingKeySetPuts/maxPendingPuts`` puts are held back, and fails the commit when a
+// write-out failed (the puts not written are gone).
 
 /// The held-back puts of one key set (see the file comment), in the order they were made.
-final class PendingKeySetPuts {
-    let name: String
+/// Used by one transaction (one thread) only.
+package final class PendingKeySetPuts {
+    /// Held-back puts (of all key sets of a transaction) beyond which a backend writes them
+    /// out before the commit: the memory bound.
+    package static let maxPendingPuts = 65_536
+
+    package let name: String
     private var puts: [(key: String, value: [UInt8], order: Int)] = []
 
-    init(name: String) {
+    package init(name: String) {
         self.name = name
     }
 
-    var isEmpty: Bool { puts.isEmpty }
+    package var isEmpty: Bool { puts.isEmpty }
 
-    func put(_ key: String, _ value: [UInt8]) {
+    package func put(_ key: String, _ value: [UInt8]) {
         puts.append((key, value, puts.count))
     }
 
     /// Every held-back put in ascending UTF-8 byte order of the keys (two puts of one key in
     /// the order they were made, so the last one written wins); forgets them.
-    func takeSorted() -> [(key: String, value: [UInt8], order: Int)] {
+    package func takeSorted() -> [(key: String, value: [UInt8], order: Int)] {
         var sorted = puts
         puts = []
         sorted.sort { a, b in
@@ -50,9 +61,10 @@ final class PendingKeySetPuts {
 }
 
 /// `a`'s UTF-8 bytes against `b`'s: negative, zero or positive as memcmp, a prefix first (the
-/// order of SQLite's BINARY collation over UTF-8 text). Borrows both: no copy, no retain.
+/// order of SQLite's BINARY collation over UTF-8 text, and of LMDB's default key comparison).
+/// Borrows both: no copy, no retain.
 @inline(__always)
-func compareUTF8(_ a: String, _ b: String) -> Int {
+package func compareUTF8(_ a: String, _ b: String) -> Int {
     if let c = a.utf8.withContiguousStorageIfAvailable({ x in
         b.utf8.withContiguousStorageIfAvailable { y -> Int in
             let common = min(x.count, y.count)
