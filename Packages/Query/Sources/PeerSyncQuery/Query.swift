@@ -97,7 +97,7 @@ public final class Query: Sendable, CustomStringConvertible {
     ///
     /// Isolation: a read (see "Isolation" on `Database`): one read transaction, on one of the
     /// database's reader threads while the caller suspends — or, when this query's previous
-    /// run read for less than ``QueryRunTimes/inlineLimit`` and the storage can begin the read
+    /// run read for less than 2 ms (`QueryRunTimes.inlineLimit`) and the storage can begin the read
     /// without waiting, on the calling task's thread, followed by a `Task.yield()` (a short
     /// index read costs less than the hop to a reader thread; the storage never blocks in it).
     /// The rows and the snapshot are the same either way. When that snapshot shows a *stale* index of the collection (a process without this package changed
