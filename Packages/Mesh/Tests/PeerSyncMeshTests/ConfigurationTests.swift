@@ -16,6 +16,12 @@ import Testing
         return (database, try database.defaultCollection())
     }
 
+    /// Closes a database of ``collection()`` and removes its directory.
+    private func closeAndRemove(_ database: Database) async throws {
+        try await database.close()
+        try? FileManager.default.removeItem(atPath: database.config.directory)
+    }
+
     private let trustAll = MultipeerCertificateAuthenticator { _, _ in true }
 
     @Test func defaultsAreCouchbaseLitesAndDocumented() async throws {
@@ -29,7 +35,7 @@ import Testing
         #expect(config.maximumRetryDelay == .seconds(30))
         #expect(config.handshakeTimeout == .seconds(10))
         #expect(config.peerGroupID.rawValue == "com-example")
-        try await database.close()
+        try await closeAndRemove(database)
     }
 
     @Test(arguments: ["", "a.b", "a,b", "a\\b", "tab\there", String(repeating: "g", count: 64)])
@@ -39,7 +45,7 @@ import Testing
             _ = try MultipeerReplicatorConfiguration(peerGroupID: group, identity: try TestCA.identity("g"),
                                                      authenticator: trustAll, collections: [MultipeerCollectionConfiguration(collection: c)])
         } throws: { ($0 as? PeerSyncError)?.code == .invalidArgument }
-        try await database.close()
+        try await closeAndRemove(database)
     }
 
     @Test func identityNeedsBothKeyUsagesAndTheErrorNamesTheMissingOne() async throws {
@@ -55,7 +61,7 @@ import Testing
                 #expect(error.message.contains(missing), "\(error.message)")
             }
         }
-        try await database.close()
+        try await closeAndRemove(database)
     }
 
     @Test func collectionsMustBeGivenOnceFromOneDatabase() async throws {
@@ -68,8 +74,8 @@ import Testing
                                                          collections: MultipeerCollectionConfiguration.fromCollections(collections))
             } throws: { ($0 as? PeerSyncError)?.code == .invalidArgument }
         }
-        try await database.close()
-        try await other.close()
+        try await closeAndRemove(database)
+        try await closeAndRemove(other)
     }
 
     @Test func tunablesAndNetworksAreValidatedByTheReplicator() async throws {
@@ -94,7 +100,7 @@ import Testing
         #expect(throws: PeerSyncError.self) { _ = try MultipeerReplicator(config: base, networks: [mesh, mesh]) }
         let replicator = try MultipeerReplicator(config: base, networks: [mesh])
         #expect(replicator.peerID.rawValue == base.identity.peerID)
-        try await database.close()
+        try await closeAndRemove(database)
     }
 
     @Test func rootCertificateAuthenticatorChecksTheChain() throws {

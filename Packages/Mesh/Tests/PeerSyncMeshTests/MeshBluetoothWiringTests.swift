@@ -65,12 +65,13 @@ import Testing
             authenticator: MultipeerCertificateAuthenticator(rootCerts: [TestCA.fleet.certificate]),
             collections: [MultipeerCollectionConfiguration(collection: try database.defaultCollection())])
         config.transports = transports
+        // The memory store keeps nothing on disk but the database's directory (its blobs).
+        defer { try? FileManager.default.removeItem(atPath: directory) }
         do { try await body(config) } catch {
             try? await database.close()
             throw error
         }
         try await database.close()
-        MemoryStorageBackend().removeStore(in: directory)
     }
 
     private func withReplicator(transports: Set<MultipeerTransport>, _ body: (MultipeerReplicator) async throws -> Void) async throws {
