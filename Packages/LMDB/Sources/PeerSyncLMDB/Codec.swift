@@ -96,26 +96,11 @@ func copyUTF8(_ text: String, to dest: UnsafeMutableRawPointer) {
     }
 }
 
-/// Whether two strings have the same UTF-8 bytes. (Swift's `==` is canonical equivalence:
-/// `"\u{E9}" == "e\u{301}"`, but they are different keys and keyspace names here.)
-@inline(__always)
-func sameBytes(_ a: String, _ b: String) -> Bool {
-    guard a.utf8.count == b.utf8.count else { return false }
-    let fast = a.utf8.withContiguousStorageIfAvailable { pa in
-        b.utf8.withContiguousStorageIfAvailable { pb -> Bool in
-            guard let x = pa.baseAddress, let y = pb.baseAddress else { return pa.count == 0 }
-            return memcmp(x, y, pa.count) == 0
-        }
-    }
-    if let result = fast ?? nil { return result }
-    return a.utf8.elementsEqual(b.utf8)
-}
-
-/// A dictionary key for a name that is equal only to the same UTF-8 bytes (see ``sameBytes``).
+/// A dictionary key for a name that is equal only to the same UTF-8 bytes (see `sameUTF8` in PeerSyncStorage).
 struct ByteExactName: Hashable {
     let name: String
 
-    static func == (lhs: ByteExactName, rhs: ByteExactName) -> Bool { sameBytes(lhs.name, rhs.name) }
+    static func == (lhs: ByteExactName, rhs: ByteExactName) -> Bool { sameUTF8(lhs.name, rhs.name) }
 
     func hash(into hasher: inout Hasher) {
         let hashed: Void? = name.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }

@@ -50,12 +50,9 @@ final class LMDBTransaction: StorageWriter {
     /// True while the journal is replayed into a new LMDB transaction.
     private(set) var replaying = false
     var keyOverlays: [KeyOverlay] = []
-    /// Key-set puts held back until the commit, per key set (see PendingKeySetPuts.swift in
-    /// PeerSyncStorage); not yet in the journal (they are journaled as they are written out).
-    var pendingKeySets: [PendingKeySetPuts] = []
-    /// Puts held back since the last write-out (replaced keys counted again): bounded by
-    /// ``PendingKeySetPuts/maxPendingPuts``.
-    var pendingPuts = 0
+    /// Key-set puts held back until the commit (see PendingKeySetPuts.swift in PeerSyncStorage);
+    /// not yet in the journal (they are journaled as they are written out).
+    var heldBackPuts = HeldBackKeySetPuts()
     var seqOverlays: [SeqOverlay] = []
     let keyBuffer = ScratchBuffer(capacity: 1024)
     let seekBuffer = ScratchBuffer(capacity: 1024)
@@ -82,8 +79,7 @@ final class LMDBTransaction: StorageWriter {
         active = false
         abandonTransaction()
         journal = []
-        pendingKeySets = []
-        pendingPuts = 0
+        heldBackPuts = HeldBackKeySetPuts()
         keyOverlays = []
         seqOverlays = []
     }

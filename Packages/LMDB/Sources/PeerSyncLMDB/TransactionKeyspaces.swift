@@ -7,7 +7,7 @@ import PeerSyncStorage
 extension LMDBTransaction {
     /// The state of keyspace `name` (of ordered key set `name` when `keySet`), or nil.
     func lookupKeyspace(_ name: String, keySet: Bool = false) throws(PeerSyncError) -> KeyspaceState? {
-        if let last = lastKeyspace, last.isKeySet == keySet, sameBytes(last.name, name) { return last }
+        if let last = lastKeyspace, last.isKeySet == keySet, sameUTF8(last.name, name) { return last }
         if let cached = keySet ? keySetCache[ByteExactName(name: name)] : keyspaceCache[ByteExactName(name: name)] {
             switch cached {
             case .present(let state):

@@ -76,16 +76,7 @@ extension LMDBTransaction {
             throw PeerSyncError(.tooLarge, "the entry is larger than LMDB's 4 GiB value limit",
                                 context: ["keySet": keySet, "key": key])
         }
-        let pending: PendingKeySetPuts
-        if let found = self.pending(keySet) {
-            pending = found
-        } else {
-            pending = PendingKeySetPuts(name: keySet)
-            pendingKeySets.append(pending)
-        }
-        pending.put(key, value)
-        pendingPuts += 1
-        if pendingPuts >= PendingKeySetPuts.maxPendingPuts { try writePendingEntries() }
+        if heldBackPuts.hold(key, value, inKeySet: keySet) { try writePendingEntries() }
     }
 
     @discardableResult
@@ -102,7 +93,7 @@ extension LMDBTransaction {
 
     func dropKeySet(_ keySet: String) throws {
         try ensureWritable()
-        pendingKeySets.removeAll { sameBytes($0.name, keySet) }
+        heldBackPuts.forget(keySet)
         let existed = try perform { () throws(PeerSyncError) in try dropCore(keySet, keySet: true) }
         if existed {
             journal.append(.dropKeySet(keySet: keySet))
@@ -112,24 +103,16 @@ extension LMDBTransaction {
 
     // MARK: Held-back key-set puts
 
-    /// The held-back puts of key set `name`, if it has any.
-    private func pending(_ name: String) -> PendingKeySetPuts? {
-        if pendingKeySets.isEmpty { return nil }
-        return pendingKeySets.last(where: { sameBytes($0.name, name) })
-    }
-
     /// Writes the held-back puts of key set `name`, if any, in key order (before the
     /// transaction reads, enumerates or removes its entries).
     @inline(__always)
     func writePendingEntries(of name: String) throws(PeerSyncError) {
-        if let pending = pending(name) { try writeOut(pending) }
+        if let pending = heldBackPuts.pending(name) { try writeOut(pending) }
     }
 
     /// Writes every held-back put, each key set's in key order.
     func writePendingEntries() throws(PeerSyncError) {
-        for pending in pendingKeySets { try writeOut(pending) }
-        pendingKeySets.removeAll()
-        pendingPuts = 0
+        for pending in heldBackPuts.takeAll() { try writeOut(pending) }
     }
 
     /// Writes the held-back puts of one key set in key order (creating the key set), each

@@ -97,20 +97,6 @@ struct KeyspaceName: Hashable {
     }
 }
 
-/// Whether two strings have the same UTF-8 bytes (a memcmp; `utf8.elementsEqual` is ~100
-/// times slower on the put/get hot path).
-@inline(__always)
-func sameUTF8(_ a: String, _ b: String) -> Bool {
-    var a = a, b = b
-    return a.withUTF8 { x in
-        b.withUTF8 { y in
-            guard x.count == y.count else { return false }
-            guard let p = x.baseAddress, let q = y.baseAddress else { return true }  // both empty
-            return memcmp(p, q, x.count) == 0
-        }
-    }
-}
-
 /// One keyspace's table as seen by one connection, with that connection's prepared
 /// statements for it. Owned by ``SQLiteConnection/tables`` (same thread-safety discipline).
 /// A table of the store with statements cached for it (a keyspace's or a key set's).
@@ -190,11 +176,8 @@ final class SQLiteTransaction: StorageWriter {
     private var recentKeySet: KeySetTable?
     private var dirtyTables: [KeyspaceTable] = []
     private var changedSchema = false
-    /// Key-set puts held back until the commit, per key set (see PendingKeySetPuts.swift in PeerSyncStorage).
-    private var pendingKeySets: [PendingKeySetPuts] = []
-    /// Puts held back since the last write-out (replaced keys counted again): bounded by
-    /// ``PendingKeySetPuts/maxPendingPuts``.
-    private var pendingPuts = 0
+    /// Key-set puts held back until the commit (see PendingKeySetPuts.swift in PeerSyncStorage).
+    private var heldBackPuts = HeldBackKeySetPuts()
     /// The error of a failed write-out of held-back puts: the puts not written are gone, so
     /// this transaction must not commit even if its closure caught the error.
     private var writeOutError: (any Error)?
@@ -660,7 +643,7 @@ extension SQLiteTransaction {
 
     func entry(_ key: String, inKeySet keySet: String) throws -> [UInt8]? {
         try checkValid()
-        if let pending = pending(keySet) { try writeOut(pending) }
+        if let pending = heldBackPuts.pending(keySet) { try writeOut(pending) }
         guard let table = try self.keySet(keySet, create: false) else { return nil }
         let select = try statement(\.get, of: table) { "SELECT value FROM \($0) WHERE key = ?1" }
         var key = key
@@ -674,7 +657,7 @@ extension SQLiteTransaction {
     func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,
                           _ body: (_ key: String, _ value: [UInt8]) throws -> Bool) throws {
         try checkValid()
-        if let pending = pending(keySet) { try writeOut(pending) }
+        if let pending = heldBackPuts.pending(keySet) { try writeOut(pending) }
         guard let table = try self.keySet(keySet, create: false) else { return }
         let slot = Self.rangeShape(range, descending: descending)
         let statement = try enumerationStatement(table.enumerations[slot], table: table.table, sql: { name in
@@ -693,22 +676,13 @@ extension SQLiteTransaction {
     /// key set (see PendingKeySetPuts.swift in PeerSyncStorage).
     func putEntry(_ key: String, value: [UInt8], inKeySet keySet: String) throws {
         try checkWritable()
-        let pending: PendingKeySetPuts
-        if let found = self.pending(keySet) {
-            pending = found
-        } else {
-            pending = PendingKeySetPuts(name: keySet)
-            pendingKeySets.append(pending)
-        }
-        pending.put(key, value)
-        pendingPuts += 1
-        if pendingPuts >= PendingKeySetPuts.maxPendingPuts { try writePendingEntries() }
+        if heldBackPuts.hold(key, value, inKeySet: keySet) { try writePendingEntries() }
     }
 
     @discardableResult
     func removeEntry(_ key: String, inKeySet keySet: String) throws -> Bool {
         try checkWritable()
-        if let pending = pending(keySet) { try writeOut(pending) }
+        if let pending = heldBackPuts.pending(keySet) { try writeOut(pending) }
         guard let table = try self.keySet(keySet, create: false) else { return false }
         let delete = try statement(\.remove, of: table) { "DELETE FROM \($0) WHERE key = ?1" }
         var key = key
@@ -720,17 +694,9 @@ extension SQLiteTransaction {
         return connection.changes > 0
     }
 
-    /// The held-back puts of key set `name`, if it has any.
-    private func pending(_ name: String) -> PendingKeySetPuts? {
-        if pendingKeySets.isEmpty { return nil }
-        return pendingKeySets.last(where: { sameUTF8($0.name, name) })
-    }
-
     /// Writes every held-back put, each key set's in key order.
     private func writePendingEntries() throws {
-        for pending in pendingKeySets { try writeOut(pending) }
-        pendingKeySets.removeAll()
-        pendingPuts = 0
+        for pending in heldBackPuts.takeAll() { try writeOut(pending) }
     }
 
     /// Rows per statement when held-back puts are written out.
@@ -804,7 +770,7 @@ extension SQLiteTransaction {
             throw PeerSyncError(.storage, "dropKeySet cannot run inside an enumeration callback",
                                 context: ["keySet": keySet])
         }
-        pendingKeySets.removeAll { sameUTF8($0.name, keySet) }
+        heldBackPuts.forget(keySet)
         guard let table = try self.keySet(keySet, create: false) else { return }
         connection.keySets[KeyspaceName(keySet)] = nil
         recentKeySet = nil

@@ -60,6 +60,64 @@ package final class PendingKeySetPuts {
     }
 }
 
+/// The held-back key-set puts of one write transaction (see the file comment): one
+/// ``PendingKeySetPuts`` per key set, in the order the key sets were first put to, and the
+/// count that bounds the memory. The backend owns the writing: it writes a key set's puts
+/// before that key set is read, enumerated or has entries removed (``pending(_:)``), all of them
+/// before its commit or once ``hold(_:_:inKeySet:)`` says the bound is reached (``takeAll()``),
+/// and forgets a dropped key set's (``forget(_:)``).
+/// Used by one transaction (one thread) only.
+package struct HeldBackKeySetPuts {
+    private var keySets: [PendingKeySetPuts] = []
+    /// Puts held since the last ``takeAll()`` (a replaced key counted again).
+    private var count = 0
+
+    package init() {}
+
+    /// Holds a put back. Returns true when ``PendingKeySetPuts/maxPendingPuts`` puts are held:
+    /// the backend then writes them all out (``takeAll()``) before going on.
+    package mutating func hold(_ key: String, _ value: [UInt8], inKeySet keySet: String) -> Bool {
+        let pending: PendingKeySetPuts
+        if let found = self.pending(keySet) {
+            pending = found
+        } else {
+            pending = PendingKeySetPuts(name: keySet)
+            keySets.append(pending)
+        }
+        pending.put(key, value)
+        count += 1
+        return count >= PendingKeySetPuts.maxPendingPuts
+    }
+
+    /// The held-back puts of key set `name` (same UTF-8 bytes), if it has any.
+    package func pending(_ name: String) -> PendingKeySetPuts? {
+        if keySets.isEmpty { return nil }
+        return keySets.last(where: { sameUTF8($0.name, name) })
+    }
+
+    /// Forgets the held-back puts of key set `name` (it was dropped).
+    package mutating func forget(_ name: String) {
+        keySets.removeAll { sameUTF8($0.name, name) }
+    }
+
+    /// Every key set's held-back puts, to be written out now; forgets them and resets the count.
+    package mutating func takeAll() -> [PendingKeySetPuts] {
+        let all = keySets
+        keySets = []
+        count = 0
+        return all
+    }
+}
+
+/// Whether two strings have the same UTF-8 bytes: a memcmp. (Swift's `==` is canonical
+/// equivalence — `"\u{E9}" == "e\u{301}"` — but those are different keys and keyspace names
+/// to a store; `utf8.elementsEqual` is ~100 times slower on a put/get hot path.)
+@inline(__always)
+package func sameUTF8(_ a: String, _ b: String) -> Bool {
+    guard a.utf8.count == b.utf8.count else { return false }
+    return compareUTF8(a, b) == 0
+}
+
 /// `a`'s UTF-8 bytes against `b`'s: negative, zero or positive as memcmp, a prefix first (the
 /// order of SQLite's BINARY collation over UTF-8 text, and of LMDB's default key comparison).
 /// Borrows both: no copy, no retain.
