@@ -29,6 +29,10 @@ struct AccessPath: Sendable, Hashable {
     /// Set when the index covers the query: rows are built from the index entries, no
     /// document is read (see ``Planner/covering(_:index:)``).
     var covering: Covering?
+    /// Positions, ascending, among the `WHERE` clause's `AND`ed conditions
+    /// (``Planner/conjuncts(_:)``), of the conditions every entry the ranges hold makes true,
+    /// so a run need not evaluate them again (``Planner/provesExactly(_:_:)`` says which).
+    var proven: [Int] = []
 
     /// The top-level properties a covered query reads and the positions of the index
     /// expressions that are exactly those properties, ascending by position.
@@ -61,8 +65,10 @@ struct AccessPath: Sendable, Hashable {
 /// `meta().id` ascending key allowed: ties come in document-ID order), serves a query with a
 /// `LIMIT` and no grouping or `DISTINCT`; an index chosen for its restrictions also gives the
 /// order when its next expressions are those keys. Anything else is a scan. Fetched documents
-/// always go through the whole `WHERE` again, so the ranges only need to hold every matching
-/// document: results are those of a scan, row for row.
+/// go through the `WHERE` again, so the ranges only need to hold every matching document:
+/// results are those of a scan, row for row. Only an equality the ranges prove exactly (a
+/// string or boolean on a plain property, ``provesExactly(_:_:)``) is not evaluated again
+/// (``AccessPath/proven``; `Query.execute()` runs ``ResidualPlans``' plan).
 enum Planner {
     static func choose(_ plan: QueryPlan, parameters: [String: JSONValue], indexes: [UsableIndex]) -> AccessPath {
         if plan.includesDeleted || indexes.isEmpty { return .scan }
@@ -81,11 +87,13 @@ enum Planner {
         for index in indexes.sorted(by: { $0.name < $1.name }) {
             var prefix: [JSONValue] = []
             var used: [String] = []
+            var proven: [Int] = []
             var restriction: (ranges: [AccessPath.Range], text: String)?
             for expression in index.expressions {
-                if let (value, text) = equality(on: expression, in: conditions, evaluator) {
+                if let (value, text, position) = equality(on: expression, in: conditions, evaluator) {
                     prefix.append(value)
                     used.append(text)
+                    if provesExactly(expression, value), !proven.contains(position) { proven.append(position) }
                     continue
                 }
                 restriction = restrict(expression, prefix: IndexKey.encode(prefix), in: conditions, evaluator)
@@ -100,6 +108,7 @@ enum Planner {
                 path.ranges = [AccessPath.Range(lower: lower, upper: upper)]
             }
             path.conditions = used
+            path.proven = proven.sorted()
             // Does the index give the ORDER BY order? Its expressions after the equalities must
             // be the ORDER BY keys (the restricted one may be the first of them).
             if orderable, prefix.count + orderKeys.count <= index.expressions.count,
@@ -164,15 +173,59 @@ enum Planner {
         return value
     }
 
-    /// `e = c` or `c = e`.
+    /// `e = c` or `c = e`, with its position among `conditions`.
     private static func equality(on e: ExpressionNode, in conditions: [ExpressionNode],
-                                 _ evaluator: Evaluator) -> (JSONValue, String)? {
-        for condition in conditions {
+                                 _ evaluator: Evaluator) -> (JSONValue, String, Int)? {
+        for (position, condition) in conditions.enumerated() {
             guard case .binary(.equal, let l, let r) = condition else { continue }
-            if l == e, let v = constant(r, evaluator) { return (v, SQLPrinter.expression(condition)) }
-            if r == e, let v = constant(l, evaluator) { return (v, SQLPrinter.expression(condition)) }
+            if l == e, let v = constant(r, evaluator) { return (v, SQLPrinter.expression(condition), position) }
+            if r == e, let v = constant(l, evaluator) { return (v, SQLPrinter.expression(condition), position) }
         }
         return nil
+    }
+
+    /// Whether the equality `e = c` is true for every document whose entry holds, at `e`'s
+    /// position, a value encoded exactly as `c` (an equality of the index's leading
+    /// expressions: every range the planner reads lies inside that prefix), so the run may
+    /// skip it. True only when `e` is a plain property path (`type`, `a.b`, `t[0]`) and `c` a
+    /// string or a boolean. The proof:
+    ///
+    /// - The entry's value is the document's: upkeep writes the entries in the transaction
+    ///   that writes the document, from `Evaluator.resolve` of the same path over the body's
+    ///   canonical values (strings and booleans are their own canonical form), and the run
+    ///   reads both in one snapshot (a stale index is never read). The run's partial parse of
+    ///   the stored body gives the same value (`IndexUpkeepDifferentialTests`); a body that no
+    ///   longer parses (damage on disk) is trusted to the entry, as a covering read trusts it.
+    /// - Equal keys, equal values: a string's encoding is its tag, its UTF-8 bytes escaped
+    ///   and `01 01`, a boolean's one tag byte, each self-delimiting (``IndexKey``), so a key
+    ///   in the range holds a value of the same type with the same bytes. MISSING and NULL
+    ///   have their own tags, and the planner takes no MISSING or NULL constant.
+    /// - Equal values, true `=`: `=` compares strings by their UTF-8 bytes
+    ///   (``Collation/compareStrings(_:_:)``, binary collation, not Swift's canonical
+    ///   equivalence) and booleans by value, so it is true (never MISSING, NULL or false).
+    /// - Nothing is lost by not evaluating it: evaluating `e = c` cannot throw, and a `WHERE`
+    ///   of `AND`ed conditions is true exactly when each one is (``Evaluator/logic(_:_:_:)``,
+    ///   which evaluates both sides always), so the others decide alone and throw the same
+    ///   errors in the same order.
+    ///
+    /// Numbers are left out (`1` and `1.0` share a key while integers beyond 2^53 and doubles
+    /// compare exactly), and so are arrays, objects and computed expressions.
+    static func provesExactly(_ e: ExpressionNode, _ c: JSONValue) -> Bool {
+        guard case .property(let path, _) = e, case .key? = path.first else { return false }
+        switch c {
+        case .string, .bool: return true
+        default: return false
+        }
+    }
+
+    /// `condition` without its `AND`ed conditions at `positions` (of ``conjuncts(_:)``), the
+    /// others kept in their order; nil when none is left.
+    static func residual(_ condition: ExpressionNode?, removing positions: [Int]) -> ExpressionNode? {
+        guard let condition else { return nil }
+        let kept = conjuncts(condition).enumerated().filter { !positions.contains($0.offset) }.map(\.element)
+        guard var result = kept.first else { return nil }
+        for next in kept.dropFirst() { result = .binary(.and, result, next) }
+        return result
     }
 
     /// Ranges of entries (after `prefix`) holding every document for which one condition on
@@ -413,6 +466,25 @@ enum QueryAccess {
     /// documents; see `IndexDefinition.isStale`).
     static func rebuildStaleIndexes(_ collection: Collection) async throws {
         try await collection.rebuildStaleIndexes(indexer: QueryIndexer.installed)
+    }
+}
+
+/// The plan a run through an ``AccessPath`` evaluates, with its facts: the query's, or, when
+/// the index read proves some of its `WHERE` conditions (``AccessPath/proven``), the query
+/// without them, which reads fewer properties of each fetched document. Keeps the last one
+/// made (one per ``Query``). Thread-safe.
+final class ResidualPlans: Sendable {
+    private let last = LockedValue<(proven: [Int], plan: QueryPlan, facts: PlanFacts)?>(nil)
+
+    /// The plan and facts to run `plan` (whose facts are `facts`) through `path` with.
+    func plan(for path: AccessPath, _ plan: QueryPlan, _ facts: PlanFacts) -> (plan: QueryPlan, facts: PlanFacts) {
+        if path.proven.isEmpty { return (plan, facts) }
+        if let hit = last.withLock({ $0 }), hit.proven == path.proven { return (hit.plan, hit.facts) }
+        var residual = plan
+        residual.whereClause = Planner.residual(plan.whereClause, removing: path.proven)
+        let made = (proven: path.proven, plan: residual, facts: PlanFacts(residual))
+        last.withLock { $0 = made }
+        return (made.plan, made.facts)
     }
 }
 

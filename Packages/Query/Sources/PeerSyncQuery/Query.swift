@@ -29,6 +29,8 @@ public final class Query: Sendable, CustomStringConvertible {
     let facts: PlanFacts
     /// How long the last run's read took: decides whether the next may run inline.
     let runTimes = QueryRunTimes()
+    /// The plan without the `WHERE` conditions an index read proves (Planner.swift).
+    let residualPlans = ResidualPlans()
 
     init(database: Database, collection: Collection?, plan: QueryPlan) {
         self.database = database
@@ -113,6 +115,7 @@ public final class Query: Sendable, CustomStringConvertible {
         let statistics = scanStatistics
         let planCache = self.planCache
         let facts = self.facts
+        let residualPlans = self.residualPlans
         var rebuilt = false
         while true {
             let scanIfStale = rebuilt
@@ -133,6 +136,8 @@ public final class Query: Sendable, CustomStringConvertible {
                 // A stale index (see `rebuildStaleIndexes`) is rebuilt before the query runs;
                 // if another process made it stale again since, this run scans instead.
                 if sawStale && !scanIfStale { return nil }
+                // Without the WHERE conditions the index read proves (the same rows).
+                let (plan, facts) = residualPlans.plan(for: path, plan, facts)
                 let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
                                         statistics: statistics, path: path, facts: facts)
                 return try Executor(plan: plan, parameters: parameters, facts: facts).run(ordered: path.order != nil) { visit in
