@@ -26,7 +26,7 @@ final class ActiveSession: Sendable {
          enableAutoPurge: Bool = true, replyTimeout: Duration = .seconds(60), events: SessionEvents = SessionEvents()) {
         let context = SessionContext(blip: blip, database: database, table: .collectionAware(collections),
                                      replyTimeout: replyTimeout, events: events)
-        let inserter = RevisionInserter.shared(for: database)
+        let inserter = RevisionInserter(database: database)
         self.context = context
         self.collections = collections
         // The active side always offers and sends deltas.

@@ -33,7 +33,7 @@ final class PassiveSession: Sendable {
         context = SessionContext(blip: blip, database: database, table: .awaitingFirstMessage(served: collections),
                                  replyTimeout: options.replyTimeout, events: events)
         responder = Responder(context: context)
-        inserter = RevisionInserter.shared(for: database)
+        inserter = RevisionInserter(database: database)
         self.options = options
     }
 

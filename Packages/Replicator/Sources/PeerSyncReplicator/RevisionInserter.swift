@@ -28,12 +28,6 @@ enum RevisionInsertOutcome: Sendable {
 /// the transaction holding the revision has committed, so a `rev` is never acknowledged
 /// before it is durable; if the transaction fails, every revision in it gets the error.
 ///
-/// One inserter serves every session of a database (``shared(for:)``): in a mesh a database
-/// pulls over several links at once, and their revisions share transactions — one write
-/// (one hop to the writer queue, one change poll waking every pusher) per batch of all of
-/// them rather than per batch of each link. A transaction that fails fails every revision in
-/// it, whichever session sent it (each then answers its peer with the error, as before).
-///
 /// Thread-safety: an actor; the batch runs on the database queue through `inBatch`.
 actor RevisionInserter {
     static let maxBatch = 500
@@ -43,26 +37,6 @@ actor RevisionInserter {
 
     init(database: Database) {
         self.database = database
-    }
-
-    /// The inserters in use, per database (weakly: an inserter lives while a session holds
-    /// it, and it holds its database, so a live entry's database is the one its key names).
-    private static let inUse = LockedValue<[ObjectIdentifier: WeakInserter]>([:])
-
-    private struct WeakInserter {
-        weak var inserter: RevisionInserter?
-    }
-
-    /// The inserter every session of `database` shares (made when no session holds one).
-    static func shared(for database: Database) -> RevisionInserter {
-        inUse.withLock { entries in
-            let key = ObjectIdentifier(database)
-            if let existing = entries[key]?.inserter, existing.database === database { return existing }
-            entries = entries.filter { $0.value.inserter != nil }
-            let made = RevisionInserter(database: database)
-            entries[key] = WeakInserter(inserter: made)
-            return made
-        }
     }
 
     /// Inserts `revision` with the next batch. Per-document refusals are outcomes; storage
