@@ -75,8 +75,7 @@ public enum MaintenanceType: Sendable, Hashable {
 ///   taken when it starts: it includes every write whose method returned before the read was
 ///   called, never a write still in progress, and never blocks the writer nor waits for it.
 ///   Two reads issued concurrently with a write may each see it or not.
-/// - **Short reads** (the SPI `inShortReadBatch(_:)`, used by a query's runs and by the
-///   replicator's batch reads) run on
+/// - **Short query reads** (the SPI `inShortReadBatch(_:)`, used by a query's runs) run on
 ///   the calling task's thread instead when the storage can begin them without waiting
 ///   (`Storage.readWithoutWaiting`): same snapshot rule, no storage call that sleeps or waits
 ///   for a lock, then a `Task.yield()`; otherwise they run on the reader pool as above.

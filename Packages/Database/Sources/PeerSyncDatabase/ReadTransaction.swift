@@ -170,13 +170,6 @@ public final class DatabaseReadTransaction {
         try engine(collection).revisions(of: docID, reader)
     }
 
-    /// Like ``Collection/changes(since:limit:)``: the changes feed after `since`, at most
-    /// `limit` entries, in sequence order, read in this transaction's snapshot.
-    @_spi(Replication)
-    public func changes(since: UInt64, limit: Int? = nil, in collection: Collection) throws -> [ChangeEntry] {
-        try engine(collection).changes(since: since, limit: limit, reader)
-    }
-
     /// Like ``Collection/revisionBody(docID:revID:)``.
     @_spi(Replication)
     public func revisionBody(docID: String, revID: RevisionID, in collection: Collection) throws -> [String: JSONValue]? {
@@ -223,8 +216,7 @@ extension Database {
 }
 
 extension Database {
-    /// ``inReadBatch(_:)`` for a SHORT read (a query's run; a replicator's read of a batch of
-    /// revision trees, bodies or changes-feed entries): `body` runs on the calling
+    /// ``inReadBatch(_:)`` for a SHORT read (a query's run): `body` runs on the calling
     /// thread when the storage can begin the read transaction without waiting
     /// (``Storage/readWithoutWaiting(_:)``: LMDB and in-memory snapshots never wait; SQLite
     /// only on an idle reader connection and while no lock is in the way), else on a reader
@@ -236,7 +228,7 @@ extension Database {
     /// Isolation: a read. `body` must be short, synchronous CPU work over the transaction
     /// (it may run on Swift's cooperative pool): it must not block, wait for another thread,
     /// or call back into the database's async API. Errors `body` throws are rethrown.
-    @_spi(Indexing) @_spi(Replication)
+    @_spi(Indexing)
     public func inShortReadBatch<R: Sendable>(_ body: sending @escaping (DatabaseReadTransaction) throws -> R) async throws -> R {
         let box = UncheckedBox(body)
         let inline = Result {

@@ -390,12 +390,11 @@ actor Puller {
     }
 
     /// Every entry's revision tree, read in one read transaction (malformed entries and
-    /// invalid IDs are skipped here and answered in order by the caller) — a short read, on
-    /// the calling thread when the storage can begin it without waiting (`inShortReadBatch`).
+    /// invalid IDs are skipped here and answered in order by the caller).
     private func readTrees(_ entries: [JSONValue], docIDAt offset: Int) async throws -> [String: DocumentRevisions] {
         let ids = entries.compactMap { $0.arrayValue.flatMap { $0.count > offset ? $0[offset].stringValue : nil } }
         let collection = self.collection.collection
-        return try await context.database.inShortReadBatch { txn in
+        return try await context.database.inReadBatch { txn in
             var out: [String: DocumentRevisions] = [:]
             for id in Set(ids) where (try? DocumentID.validate(id)) != nil {
                 if let revs = try txn.revisions(of: id, in: collection) { out[id] = revs }

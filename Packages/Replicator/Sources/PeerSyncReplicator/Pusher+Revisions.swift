@@ -37,13 +37,12 @@ extension Pusher {
     }
 
     /// The revision trees and stored current bodies of `docIDs`, read in ONE read transaction
-    /// (a snapshot; `inShortReadBatch`: on the calling thread when the storage can begin it
-    /// without waiting) rather than two database round trips per document, and one record
-    /// read per document. Documents that no longer exist are absent from the result.
+    /// (a snapshot; `inReadBatch`) rather than two database round trips per document, and one
+    /// record read per document. Documents that no longer exist are absent from the result.
     func prefetch(_ docIDs: [String]) async throws -> [String: Prefetched] {
         let collection = self.collection.collection
         let ids = Array(Set(docIDs))
-        return try await context.database.inShortReadBatch { txn in
+        return try await context.database.inReadBatch { txn in
             var out: [String: Prefetched] = [:]
             out.reserveCapacity(ids.count)
             for id in ids {
@@ -91,7 +90,7 @@ extension Pusher {
         } else {
             let collection = sc.collection
             do {
-                (revs, stored) = try await context.database.inShortReadBatch { txn in
+                (revs, stored) = try await context.database.inReadBatch { txn in
                     let read = try txn.revisionsAndBody(of: docID, revID: revID, in: collection)
                     return (read?.revisions, read?.body)
                 }

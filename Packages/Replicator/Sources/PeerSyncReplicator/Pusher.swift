@@ -128,11 +128,7 @@ actor Pusher {
         try await withThrowingTaskGroup(of: (Int, [UInt64]).self) { group in
             var iterator = stream?.makeAsyncIterator()
             while !context.isClosed, !Task.isCancelled {
-                // A short read (at most a batch of entries): on this thread when the storage
-                // can begin it without waiting, then a yield (`inShortReadBatch`).
-                let changes = try await context.database.inShortReadBatch { [since, feed = sc.collection] txn in
-                    try txn.changes(since: since, limit: SessionContext.batchSize, in: feed)
-                }
+                let changes = try await sc.collection.changes(since: since, limit: SessionContext.batchSize)
                 if changes.isEmpty {
                     // Caught up: every batch in flight is answered before saying so.
                     while !pipeline.inFlight.isEmpty { try await collectBatch(&group, &pipeline, progress) }
