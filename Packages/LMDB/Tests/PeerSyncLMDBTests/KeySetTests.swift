@@ -77,10 +77,10 @@ import Testing
         }
     }
 
-    /// Written out early past ``PendingKeySetPuts/maxPendingPuts``: a transaction with more
-    /// puts than that, in shuffled order, with replaced and removed keys among them, commits
-    /// all of them and sees them itself, before and after the early write-out.
-    @Test func heldBackPutsBeyondTheLimit() throws {
+    /// A transaction past ``PendingKeySetPuts/maxPendingPuts`` (written out early, each put
+    /// journaled for a map growth's replay) leaves a store that passes LMDB's integrity check.
+    /// What the transaction sees and keeps is the conformance case `manyKeySetPutsInOneTransaction`.
+    @Test func heldBackPutsBeyondTheLimitKeepTheStoreIntact() throws {
         try withTemporaryDirectory { dir in
             let storage = try openStore(dir)
             defer { try? storage.close() }
@@ -89,27 +89,9 @@ import Testing
             var generator = SystemRandomNumberGenerator()
             keys.shuffle(using: &generator)
             try storage.write { w throws in
-                for (i, key) in keys.enumerated() {
-                    try w.putEntry(key, value: [UInt8(truncatingIfNeeded: i)], inKeySet: "big")
-                    if i == 10 { #expect(try w.entry(keys[3], inKeySet: "big") == [3]) }
-                }
-                try w.putEntry("k000000", value: [42], inKeySet: "big")
-                #expect(try w.removeEntry("k000001", inKeySet: "big"))
-                #expect(try w.entry("k000000", inKeySet: "big") == [42])
-                try w.putEntry("k000002", value: [43], inKeySet: "big")
+                for (i, key) in keys.enumerated() { try w.putEntry(key, value: [UInt8(truncatingIfNeeded: i)], inKeySet: "big") }
             }
-            try storage.read { r throws in
-                var seen: [String] = []
-                try r.enumerateEntries(inKeySet: "big", range: .all, descending: false) { key, _ in
-                    seen.append(key)
-                    return true
-                }
-                #expect(seen == keys.sorted().filter { $0 != "k000001" })
-                #expect(try r.entry("k000000", inKeySet: "big") == [42])
-                #expect(try r.entry("k000002", inKeySet: "big") == [43])
-                let last = try #require(keys.indices.last)
-                #expect(try r.entry(keys[last], inKeySet: "big") == [UInt8(truncatingIfNeeded: last)])
-            }
+            try storage.read { r throws in #expect(try r.entry("k000000", inKeySet: "big") != nil) }
             #expect(try LMDBStorageBackend().checkIntegrity(directory: dir) == [])
         }
     }

@@ -529,42 +529,6 @@ struct SQLiteStorageTests {
 
     // MARK: Keys and enumeration
 
-    /// Key-set puts are held back and written sorted at the commit, and written out early
-    /// past ``PendingKeySetPuts/maxPendingPuts``: a transaction with more puts than that, in
-    /// shuffled order, with replaced and removed keys among them, commits all of them, and
-    /// sees them itself, before and after the early write-out.
-    @Test func keySetPutsBeyondTheHeldBackLimit() throws {
-        let dir = try TempDirectory()
-        let storage = try backend.open(directory: dir.path, options: StorageOptions())
-        defer { try? storage.close() }
-        let count = PendingKeySetPuts.maxPendingPuts + 1_000
-        var keys = (0..<count).map { String(format: "k%06d", $0) }
-        var generator = SystemRandomNumberGenerator()
-        keys.shuffle(using: &generator)
-        try storage.write { w in
-            for (i, key) in keys.enumerated() {
-                try w.putEntry(key, value: [UInt8(truncatingIfNeeded: i)], inKeySet: "big")
-                if i == 10 { #expect(try w.entry(keys[3], inKeySet: "big") == [3]) }
-            }
-            // Replaced and removed after the early write-out, and held back again.
-            try w.putEntry("k000000", value: [42], inKeySet: "big")
-            #expect(try w.removeEntry("k000001", inKeySet: "big"))
-            #expect(try w.entry("k000000", inKeySet: "big") == [42])
-            try w.putEntry("k000002", value: [43], inKeySet: "big")
-        }
-        try storage.read { r in
-            var seen: [String] = []
-            try r.enumerateEntries(inKeySet: "big", range: .all, descending: false) { key, _ in
-                seen.append(key)
-                return true
-            }
-            #expect(seen == (0..<count).filter { $0 != 1 }.map { String(format: "k%06d", $0) })
-            #expect(try r.entry("k000000", inKeySet: "big") == [42])
-            #expect(try r.entry("k000002", inKeySet: "big") == [43])
-            #expect(try r.entry("k000001", inKeySet: "big") == nil)
-        }
-    }
-
     /// Held-back puts are written many rows per statement: a key put twice lands twice in one
     /// statement, and the later put wins; a group's empty values and keys stay empty, not NULL.
     @Test func heldBackPutsOfOneKeyInOneStatement() throws {

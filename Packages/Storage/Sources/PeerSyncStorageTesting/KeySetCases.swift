@@ -174,6 +174,41 @@ enum KeySetCases {
         }
     }
 
+    /// More key-set puts in one write transaction than a backend may hold back
+    /// (`PendingKeySetPuts.maxPendingPuts` + 1,000, in a scrambled order), then replaced and
+    /// removed keys among them: the writer sees its own puts before and after a backend's early
+    /// write-out, and the commit keeps every one, the last put of a key winning.
+    static func manyKeySetPutsInOneTransaction(_ t: CaseContext) throws {
+        let store = try t.open(t.directory(), options: StorageOptions(busyTimeout: .seconds(20)))
+        let count = PendingKeySetPuts.maxPendingPuts + 1_000
+        func key(_ i: Int) -> String {
+            let digits = String(i)
+            return "k" + String(repeating: "0", count: max(0, 6 - digits.count)) + digits
+        }
+        // Position i puts key (i × 7919) mod count: a permutation (7919 is a prime that does
+        // not divide count), far from key order, the same on every run.
+        let order = (0..<count).map { key(($0 * 7919) % count) }
+        try store.write { w in
+            for (i, k) in order.enumerated() {
+                try w.putEntry(k, value: [UInt8(truncatingIfNeeded: i)], inKeySet: "big")
+                if i == 10 { try t.checkEqual(try w.entry(order[3], inKeySet: "big"), [3], "the writer's own held-back put") }
+            }
+            try w.putEntry(key(0), value: [42], inKeySet: "big")
+            try t.checkEqual(try w.removeEntry(key(1), inKeySet: "big"), true, "removing a put of this transaction")
+            try t.checkEqual(try w.entry(key(0), inKeySet: "big"), [42], "a replaced entry, seen by the writer")
+            try w.putEntry(key(2), value: [43], inKeySet: "big")
+        }
+        try store.read { r in
+            try t.checkEqual(try entryKeys(r, "big"), (0..<count).filter { $0 != 1 }.map(key), "every committed key, in order")
+            try t.checkEqual(try r.entry(key(0), inKeySet: "big"), [42], "a key replaced after the puts")
+            try t.checkEqual(try r.entry(key(2), inKeySet: "big"), [43], "a key put again after the puts")
+            try t.checkEqual(try r.entry(key(1), inKeySet: "big"), nil, "a removed key")
+            try t.checkEqual(try r.entry(order[count - 1], inKeySet: "big"), [UInt8(truncatingIfNeeded: count - 1)],
+                             "the last put")
+        }
+        try store.close()
+    }
+
     private static func entryKeys(_ reader: any StorageReader, _ keySet: String, range: KeyRange = .all,
                                   descending: Bool = false) throws -> [String] {
         var keys: [String] = []

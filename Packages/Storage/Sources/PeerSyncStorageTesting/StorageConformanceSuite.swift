@@ -188,6 +188,8 @@ extension StorageConformanceSuite {
         ConformanceCase(name: "busyTimeout", needsMultiProcess: false, body: TransactionCases.busyTimeout),
         ConformanceCase(name: "concurrentWriters", needsMultiProcess: false, body: TransactionCases.concurrentWriters),
         ConformanceCase(name: "orderedKeySets", needsMultiProcess: false, body: KeySetCases.orderedKeySets),
+        ConformanceCase(name: "manyKeySetPutsInOneTransaction", needsMultiProcess: false,
+                        body: KeySetCases.manyKeySetPutsInOneTransaction),
         ConformanceCase(name: "readWithoutWaiting", needsMultiProcess: false, body: InlineReadCases.readWithoutWaiting),
         ConformanceCase(name: "readsWithoutExtra", needsMultiProcess: false, body: WithoutExtraCases.readsWithoutExtra),
         ConformanceCase(name: "twoProcesses", needsMultiProcess: true, body: MultiProcessCases.twoProcesses),
