@@ -119,11 +119,26 @@ public protocol PreparedDocumentIndexer: Sendable {
     /// canonical form of what it reads. The default encodes and calls
     /// ``entryKeys(documentID:body:)``. Errors: as that.
     func entryKeys(documentID: String, properties: [String: JSONValue]) throws -> [[String]]
+
+    /// Calls `visit` with each key of ``entryKeys(documentID:properties:)`` and the position
+    /// of its definition, in order, without building the arrays: the upkeep of a document
+    /// that had no entries (an insert) needs nothing else. An implementation must pass exactly
+    /// those keys. The default calls ``entryKeys(documentID:properties:)``. Errors: as that,
+    /// and whatever `visit` throws (then no further key is visited).
+    func forEachEntryKey(documentID: String, properties: [String: JSONValue],
+                         _ visit: (_ definition: Int, _ key: String) throws -> Void) throws
 }
 
 extension PreparedDocumentIndexer {
     public func entryKeys(documentID: String, properties: [String: JSONValue]) throws -> [[String]] {
         try entryKeys(documentID: documentID, body: JSONValue.object(properties).canonicalData)
+    }
+
+    public func forEachEntryKey(documentID: String, properties: [String: JSONValue],
+                                _ visit: (_ definition: Int, _ key: String) throws -> Void) throws {
+        for (definition, keys) in try entryKeys(documentID: documentID, properties: properties).enumerated() {
+            for key in keys { try visit(definition, key) }
+        }
     }
 }
 
@@ -206,12 +221,19 @@ struct IndexMaintenance: Sendable {
             return
         }
         guard let indexer else { return }   // every index is stale: rebuilt before it is used
+        let value = IndexMaintenance.entryValue(documentID: id)
+        if oldLive == nil, newLive != nil, let newProperties {
+            // A saved document that had no entries: its keys go straight in.
+            try indexer.forEachEntryKey(documentID: id, properties: newProperties) { definition, key in
+                try writer.putEntry(key, value: value, inKeySet: keySets[live[definition]])
+            }
+            return
+        }
         let allBefore = try oldLive.map { try indexer.entryKeys(documentID: id, body: $0) }
         let allAfter = try newLive.map { body in
             try newProperties.map { try indexer.entryKeys(documentID: id, properties: $0) }
                 ?? indexer.entryKeys(documentID: id, body: body)
         }
-        let value = IndexMaintenance.entryValue(documentID: id)
         for (i, position) in live.enumerated() {
             let keySet = keySets[position]
             let before = allBefore?[i] ?? [], after = allAfter?[i] ?? []
@@ -234,8 +256,11 @@ struct IndexMaintenance: Sendable {
     /// would be stored whole.
     static func entryValue(documentID id: String) -> [UInt8] {
         let count = id.utf8.count
-        return count <= 255 ? [UInt8(count)] : Array(id.utf8)
+        return count <= 255 ? oneByteValues[count] : Array(id.utf8)
     }
+
+    /// Every one-byte entry value, made once: an upkeep takes one instead of allocating it.
+    private static let oneByteValues: [[UInt8]] = (0...255).map { [UInt8($0)] }
 
     /// The document ID of the entry `key` whose value is `value` (see ``entryValue(documentID:)``).
     static func documentID(key: String, value: [UInt8]) throws -> String {

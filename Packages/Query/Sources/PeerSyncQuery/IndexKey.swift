@@ -44,6 +44,12 @@ enum IndexKey {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(24 * values.count + 1 + id.utf8.count)
         for value in values { append(value, to: &bytes) }
+        return entryKey(encodedValues: &bytes, documentID: id)
+    }
+
+    /// The key of the entry of document `id` whose indexed values' encoding is in `bytes`
+    /// (``append(_:to:)`` of each); `bytes` is left holding the key's bytes.
+    static func entryKey(encodedValues bytes: inout [UInt8], documentID id: String) -> String {
         bytes.append(separator)
         bytes.append(contentsOf: id.utf8)
         return String(decoding: bytes, as: UTF8.self)
@@ -118,9 +124,14 @@ enum IndexKey {
     private static func appendNumber(double: Double, offset: Int64, to bytes: inout [UInt8]) {
         let bits = double.bitPattern
         let sortable = double.sign == .minus ? ~bits : bits | (1 << 63)
-        for shift in stride(from: 60, through: 0, by: -4) { bytes.append(hexDigit((sortable >> UInt64(shift)) & 0xF)) }
-        let biased = UInt16(clamping: Int(offset) + 0x8000)
-        for shift in stride(from: 12, through: 0, by: -4) { bytes.append(hexDigit(UInt64((biased >> UInt16(shift)) & 0xF))) }
+        let biased = UInt64(UInt16(clamping: Int(offset) + 0x8000))
+        // The 20 digits written into a buffer, then appended at once (not 20 appends, each
+        // checking the array's capacity and uniqueness: on the upkeep path of every save).
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            for i in 0..<16 { digits[i] = hexDigit(sortable >> UInt64(60 - 4 * i) & 0xF) }
+            for i in 0..<4 { digits[16 + i] = hexDigit(biased >> UInt64(12 - 4 * i) & 0xF) }
+            bytes.append(contentsOf: digits)
+        }
     }
 
     /// `i` minus the integer value of `Double(i)` (0 up to 2^53; at most ±1024 beyond).

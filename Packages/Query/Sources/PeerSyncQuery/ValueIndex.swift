@@ -223,6 +223,8 @@ struct PreparedQueryIndexer: PreparedDocumentIndexer {
     let paths: [[[PathComponent]?]]
     /// Whether every expression is a plain property.
     let onlyPaths: Bool
+    /// ``paths`` unwrapped when ``onlyPaths``; empty otherwise.
+    let plainPaths: [[[PathComponent]]]
 
     init(compiled: [[ExpressionNode]], keys: Set<String>) {
         self.compiled = compiled
@@ -234,6 +236,27 @@ struct PreparedQueryIndexer: PreparedDocumentIndexer {
             }
         }
         onlyPaths = paths.allSatisfy { $0.allSatisfy { $0 != nil } }
+        plainPaths = onlyPaths ? paths.map { $0.compactMap { $0 } } : []
+    }
+
+    /// ``entryKeys(documentID:properties:)`` key by key. Every expression a plain property
+    /// (the common case): one buffer for all the keys' bytes and one string per key, no arrays.
+    func forEachEntryKey(documentID: String, properties: [String: JSONValue],
+                         _ visit: (_ definition: Int, _ key: String) throws -> Void) throws {
+        guard onlyPaths else {
+            for (definition, keys) in try entryKeys(documentID: documentID, properties: properties).enumerated() {
+                for key in keys { try visit(definition, key) }
+            }
+            return
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(64 + documentID.utf8.count)
+        for (definition, paths) in plainPaths.enumerated() {
+            bytes.removeAll(keepingCapacity: true)
+            // As in entryKeys: the canonical form of what the lookup found.
+            for path in paths { IndexKey.append(Evaluator.resolve(path, in: properties)?.canonicalized, to: &bytes) }
+            try visit(definition, IndexKey.entryKey(encodedValues: &bytes, documentID: documentID))
+        }
     }
 
     func entryKeys(documentID: String, body: [UInt8]) throws -> [[String]] {

@@ -6,12 +6,13 @@ import Testing
 @testable import PeerSyncQuery
 
 /// A save computes its index entries from the properties it holds, not by parsing the body it
-/// just encoded (`PreparedDocumentIndexer.entryKeys(documentID:properties:)`). The stored body
-/// is the properties' canonical form, so the keys must be those computed from the stored bytes:
-/// checked here over the differential test's seeded random documents (and the same documents
-/// with the numbers canonical JSON changes: integral and non-finite doubles, -0.0, doubles
-/// beyond the `Int64` range), for plain properties, nested paths, array elements, functions
-/// and arithmetic, alone and mixed in one index.
+/// just encoded (`PreparedDocumentIndexer.entryKeys(documentID:properties:)` and, for an
+/// insert, `forEachEntryKey`). The stored body is the properties' canonical form, so the keys
+/// must be those computed from the stored bytes: checked here, both ways, over the differential
+/// test's seeded random documents (and the same documents with the numbers canonical JSON
+/// changes: integral and non-finite doubles, -0.0, doubles beyond the `Int64` range), for plain
+/// properties, nested paths, array elements, functions and arithmetic, alone and mixed in one
+/// index.
 @Suite struct IndexUpkeepDifferentialTests {
     static let definitions: [[String]] = [
         ["n"], ["x"], ["s"], ["k", "n"], ["a.b"], ["a.c", "s"], ["t"], ["t[0]"], ["t[-1]"], ["a"], ["o"], ["o.p"],
@@ -52,6 +53,10 @@ import Testing
                 let fromBody = try prepared.entryKeys(documentID: id, body: body)
                 let fromProperties = try prepared.entryKeys(documentID: id, properties: properties)
                 #expect(fromProperties == fromBody, "\(list) on \(String(decoding: body, as: UTF8.self))")
+                // Key by key (an insert's upkeep): the same keys, each with its definition.
+                var visited = Array(repeating: [String](), count: list.count)
+                try prepared.forEachEntryKey(documentID: id, properties: properties) { visited[$0].append($1) }
+                #expect(visited == fromBody, "forEachEntryKey: \(list) on \(String(decoding: body, as: UTF8.self))")
                 compared += 1
             }
         }
