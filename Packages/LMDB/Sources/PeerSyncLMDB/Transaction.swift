@@ -227,6 +227,9 @@ final class LMDBTransaction: StorageWriter {
         case let .putEntry(record, keySet, storedSize):
             _ = try putCore(record, keySet, storedSize: storedSize, keySet: true)
             matches = true
+        case let .putEntries(puts, keySet):
+            try putEntriesCore(puts[...], keySet)
+            matches = true
         case let .removeEntry(key, keySet, existed):
             matches = try purgeCore(key, keySet, keySet: true) == existed
         case let .dropKeySet(keySet):

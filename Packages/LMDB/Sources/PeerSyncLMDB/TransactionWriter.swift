@@ -115,23 +115,29 @@ extension LMDBTransaction {
         for pending in heldBackPuts.takeAll() { try writeOut(pending) }
     }
 
-    /// Writes the held-back puts of one key set in key order (creating the key set), each
-    /// through `perform` and then journaled, exactly as an immediate put would have been: a
-    /// map growth replays the ones written so far and retries the current one. Consecutive
-    /// keys land in the same leaf page, which LMDB's cursor put finds without descending the
-    /// tree again. A failure poisons the transaction (`perform`): the puts not written are gone.
+    /// Writes the held-back puts of one key set in key order (creating the key set).
+    /// Consecutive keys land in the same leaf page, which LMDB's cursor put finds without
+    /// descending the tree again. The run is journaled whole before it is written (one journal
+    /// entry, not one per put): a map growth part-way through replays the journal, this run
+    /// included, into the new transaction, so nothing of it is left to write afterwards. A
+    /// failure poisons the transaction (`perform`): the puts not written are gone.
     private func writeOut(_ pending: PendingKeySetPuts) throws(PeerSyncError) {
         if pending.isEmpty { return }
         let keySet = pending.name
-        for put in pending.takeSorted() {
-            let record = Record(key: put.key, body: put.value)
-            guard let size = RecordHeader.storedSize(record) else {
-                // Checked by `putEntry`.
+        let puts = pending.takeSorted()
+        for put in puts {
+            // Checked by `putEntry`; counted as a journaled single put would be.
+            guard let size = RecordHeader.storedSize(Record(key: put.key, body: put.value)) else {
                 throw PeerSyncError(.internalError, "a held-back entry is too large", context: ["keySet": keySet])
             }
-            _ = try perform { () throws(PeerSyncError) in try putCore(record, keySet, storedSize: size, keySet: true) }
-            journal.append(.putEntry(record, keySet: keySet, storedSize: size))
             journalBytes &+= size &+ put.key.utf8.count &+ 64
+        }
+        journal.append(.putEntries(puts, keySet: keySet))
+        let before = generation
+        try perform { () throws(PeerSyncError) in
+            // Run again after the map grew (a new LMDB transaction): the replay wrote it all.
+            if generation != before { return }
+            try putEntriesCore(puts[...], keySet)
         }
     }
 
@@ -149,6 +155,18 @@ extension LMDBTransaction {
             let c = try Cursor(try currentTxn(), env.sequences)
             sequencesCursor = c
             return c
+        }
+    }
+
+    /// Puts `puts` into key set `keySet` (creating it), in order, as ``putCore(_:_:storedSize:keySet:)``
+    /// does each: no journaling, no growth handling.
+    func putEntriesCore(_ puts: ArraySlice<(key: String, value: [UInt8], order: Int)>, _ keySet: String) throws(PeerSyncError) {
+        for put in puts {
+            let record = Record(key: put.key, body: put.value)
+            guard let size = RecordHeader.storedSize(record) else {
+                throw PeerSyncError(.internalError, "a held-back entry is too large", context: ["keySet": keySet])
+            }
+            _ = try putCore(record, keySet, storedSize: size, keySet: true)
         }
     }
 
