@@ -229,6 +229,13 @@ enum QueryBenchmark {
                                      "ratio": rounded(median(oursRatios)), "ratio_min": rounded(oursRatios.min() ?? 0),
                                      "ratio_max": rounded(oursRatios.max() ?? 0), "sqlite_ratio": rounded(median(sqliteRatios))]
             print(upkeep.canonicalString)
+            for l in loops {
+                let object: JSONValue = ["benchmark": "query", "case": .string(l.name + ", loop"), "backend": .string(backend.name),
+                                         "docs": .int(Int64(docs)), "seconds": .int(Int64(loopSeconds)),
+                                         "us_per_run": rounded(l.ours), "sqlite_us_per_run": rounded(l.sqlite),
+                                         "ratio": rounded(l.ours / max(1e-9, l.sqlite))]
+                print(object.canonicalString)
+            }
         } else {
             print("query benchmark: \(docs) documents, \(backend.name) backend, SQLite \(SQLiteJSONDocuments.version), "
                   + "\(repeats) runs each, ms median (min–max)")
