@@ -5,7 +5,7 @@ import PeerSyncSQLiteBaseline
 #endif
 
 /// `peersync bench query [--docs 100000] [--repeat 3] [--backend sqlite|lmdb] [--json] [--streamed]
-/// [--upkeep-only plain|indexed|both]`: the
+/// [--upkeep-only plain|indexed|both] [--loop SECONDS]`: the
 /// same documents in our database and in a plain SQLite table (`SQLiteJSONDocuments`, the JSON
 /// as text) with expression indexes on `json_extract`; each query run in turns, ours then
 /// SQLite's, `--repeat` times (a query under ~20 ms timed over a batch of runs, the same batch
@@ -14,7 +14,9 @@ import PeerSyncSQLiteBaseline
 /// and SQLite's, `--repeat` rounds in turns, each into fresh stores; the ratio is per round.
 /// `--streamed`: ``StreamedQueryBenchmark`` instead. `--upkeep-only`: only our bulk inserts
 /// (without indexes, with them, or both), each round's seconds, no SQLite and no queries: a
-/// short run to profile the index upkeep.
+/// short run to profile the index upkeep. `--loop SECONDS`: after the table, each of the three
+/// indexed cases again, ours then SQLite's, each run in a loop for SECONDS, printed as
+/// microseconds per run (a steadier figure for a case's fixed cost, and a loop to profile).
 enum QueryBenchmark {
     struct Case {
         var name: String
@@ -54,11 +56,12 @@ enum QueryBenchmark {
             try await StreamedQueryBenchmark.child(directory: args[1], name: args[2], mode: args[3], backend: backend)
             return 0
         }
-        let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend", "upkeep-only"],
+        let parsed = try Arguments(args, valueOptions: ["docs", "repeat", "backend", "upkeep-only", "loop"],
                                    flagOptions: ["json", "streamed"])
         try parsed.expectPositionals(0)
         let docs = try parsed.int("docs") ?? 100_000
         let repeats = try parsed.int("repeat") ?? 3
+        let loopSeconds = try parsed.int("loop") ?? 0
         guard docs >= 100, repeats >= 1 else { throw UsageError("--docs must be at least 100 and --repeat at least 1") }
         let backendName = parsed.value("backend") ?? "sqlite"
         guard let backend = StorageBackends.named(backendName), backend.name != "memory" else {
@@ -181,6 +184,25 @@ enum QueryBenchmark {
             if rows != sqliteRows { printError("peersync bench: \(c.name): \(rows) rows, SQLite \(sqliteRows)") }
             results.append((c.name, ours, theirs, rows, plan))
         }
+        // `--loop`: the indexed cases again, each side run for `loopSeconds`.
+        var loops: [(name: String, ours: Double, sqlite: Double)] = []
+        for c in cases.prefix(3) where loopSeconds > 0 {
+            let query = try db.createQuery(c.ours)
+            func perRun(_ body: () async throws -> Void) async throws -> Double {
+                var runs = 0
+                let seconds = try await measure {
+                    let end = ContinuousClock.now + .seconds(loopSeconds)
+                    while ContinuousClock.now < end {
+                        for _ in 0..<100 { try await body() }
+                        runs += 100
+                    }
+                }
+                return seconds * 1e6 / Double(runs)
+            }
+            let ours = try await perRun { _ = try await query.execute().count }
+            let theirs = try await perRun { _ = try table.query(c.sqlite).count }
+            loops.append((c.name, ours, theirs))
+        }
         try await db.close()
         try table.close()
 
@@ -207,6 +229,13 @@ enum QueryBenchmark {
                                      "ratio": rounded(median(oursRatios)), "ratio_min": rounded(oursRatios.min() ?? 0),
                                      "ratio_max": rounded(oursRatios.max() ?? 0), "sqlite_ratio": rounded(median(sqliteRatios))]
             print(upkeep.canonicalString)
+            for l in loops {
+                let object: JSONValue = ["benchmark": "query", "case": .string(l.name + ", loop"), "backend": .string(backend.name),
+                                         "docs": .int(Int64(docs)), "seconds": .int(Int64(loopSeconds)),
+                                         "us_per_run": rounded(l.ours), "sqlite_us_per_run": rounded(l.sqlite),
+                                         "ratio": rounded(l.ours / max(1e-9, l.sqlite))]
+                print(object.canonicalString)
+            }
         } else {
             print("query benchmark: \(docs) documents, \(backend.name) backend, SQLite \(SQLiteJSONDocuments.version), "
                   + "\(repeats) runs each, ms median (min–max)")
@@ -219,6 +248,10 @@ enum QueryBenchmark {
                   + "\(cell(oursIndexed)) s with indexes (×\(cell(oursRatios))); SQLite \(cell(sqlitePlain)) s → "
                   + "\(cell(sqliteIndexed)) s (×\(cell(sqliteRatios)))")
             for r in results { print("plan of \(r.name): \(r.plan)") }
+            for l in loops {
+                print(pad(l.name, 19) + String(format: " loop of %ld s each: ours %.1f µs/run, SQLite %.1f µs/run, ratio %.2f",
+                                                loopSeconds, l.ours, l.sqlite, l.ours / max(1e-9, l.sqlite)))
+            }
         }
         return 0
         #else

@@ -138,12 +138,13 @@ enum CommandHelp {
             """),
         Entry(name: "bench query", text: """
             bench query [--docs N] [--repeat R] [--backend sqlite|lmdb] [--json] [--streamed]
-                        [--upkeep-only plain|indexed|both]
+                        [--upkeep-only plain|indexed|both] [--loop SECONDS]
                                  indexed and scanned queries and index upkeep, beside SQLite's JSON
                                  functions with json_extract expression indexes on the same documents;
                                  --streamed: memory of reading every row of N and 4N documents,
                                  resultStream() against execute(); --upkeep-only: only our bulk
-                                 inserts without and/or with the two indexes (seconds per round)
+                                 inserts without and/or with the two indexes (seconds per round);
+                                 --loop: then each indexed case in a loop for S seconds (µs per run)
             """),
         Entry(name: "identity create", text: """
             identity create --label L [--keystore DIR] [--self-signed | --issuer LABEL | --ca]

@@ -78,7 +78,8 @@ public enum MaintenanceType: Sendable, Hashable {
 /// - **Short query reads** (the SPI `inShortReadBatch(_:)`, used by a query's runs) run on
 ///   the calling task's thread instead when the storage can begin them without waiting
 ///   (`Storage.readWithoutWaiting`): same snapshot rule, no storage call that sleeps or waits
-///   for a lock, then a `Task.yield()`; otherwise they run on the reader pool as above.
+///   for a lock, then a `Task.yield()` (at most one a millisecond per thread); otherwise they
+///   run on the reader pool as above.
 /// - Methods documented as "no storage access" (e.g. ``defaultCollection()``) return at once.
 ///
 /// Several processes (or several `Database` instances) may open the same folder at once when

@@ -222,8 +222,11 @@ extension Database {
     /// only on an idle reader connection and while no lock is in the way), else on a reader
     /// thread exactly as ``inReadBatch(_:)`` does. Either way `body` runs once, against a
     /// snapshot that includes every write that returned before this call and no write in
-    /// progress. After a read on the calling thread the task yields (`Task.yield()`), so a
-    /// loop of such reads lets the other tasks of its executor run as a loop of hops does.
+    /// progress. After a read on the calling thread the task yields (`Task.yield()`) when no
+    /// such yield happened on this thread for 1 ms (`InlineReadYield`), so a loop of such reads
+    /// lets the other tasks of its executor run at least once per millisecond and read, as a
+    /// loop of hops does — without a yield, and its hand-over to another thread of the pool,
+    /// after every read of a few microseconds.
     ///
     /// Isolation: a read. `body` must be short, synchronous CPU work over the transaction
     /// (it may run on Swift's cooperative pool): it must not block, wait for another thread,
@@ -240,12 +243,12 @@ extension Database {
         }
         switch inline {
         case .success(let value?):
-            // It ran here: let the executor's other tasks run, as they would while a reader
-            // thread did this read.
-            await Task.yield()
+            // It ran here: let the executor's other tasks run (at least once a millisecond),
+            // as they would while a reader thread did this read.
+            if InlineReadYield.isDue() { await Task.yield() }
             return value
         case .failure(let error):
-            await Task.yield()
+            if InlineReadYield.isDue() { await Task.yield() }
             throw error
         case .success(nil):
             break   // the storage would have had to wait: hop

@@ -132,6 +132,30 @@ import Testing
         }
     }
 
+    /// After an inline read the task yields when no such yield happened on its thread for
+    /// `InlineReadYield.interval` (not after every read: each yield hands the task to another
+    /// thread of the pool). Synchronous, so every call runs on the test's one thread.
+    @Test func anInlineReadYieldsAtMostOncePerIntervalOnAThread() {
+        let interval = InlineReadYield.interval
+        let start: UInt64 = 1 << 62   // later than any stamp a real read left (146 years of uptime)
+        #expect(InlineReadYield.isDue(at: start))                       // none yet from here on
+        #expect(!InlineReadYield.isDue(at: start))                      // just yielded
+        #expect(!InlineReadYield.isDue(at: start + interval - 1))
+        #expect(InlineReadYield.isDue(at: start + interval))            // an interval later
+        #expect(!InlineReadYield.isDue(at: start + interval + 1))
+        // Another thread keeps its own stamp: it yields at once. (`async`, not `sync`, which
+        // may run the block on this very thread.)
+        let otherRan = LockedValue<Bool?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue(label: "peersync.test.inline-yield").async {
+            otherRan.withLock { $0 = InlineReadYield.isDue(at: start + interval + 2) }
+            done.signal()
+        }
+        done.wait()
+        #expect(otherRan.withLock { $0 } == true)
+        #expect(!InlineReadYield.isDue(at: start + interval + 3))
+    }
+
     @Test func aShortReadOfAClosedDatabaseThrowsClosed() async throws {
         try await withGatedDatabase(.memory) { db, _, inline in
             try await db.close()

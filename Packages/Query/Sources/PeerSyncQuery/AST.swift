@@ -235,6 +235,8 @@ struct PlanFacts: Sendable {
     /// the partial parse of each stored body; nil: all of them.
     let readProperties: JSONValue.PropertySelection?
     let isAggregate: Bool
+    /// The result columns' names (``QueryPlan/columnNames``).
+    let columnNames: [String]
     /// What ``Executor/validate()`` throws for the plan's shape (an aggregate where none may
     /// be), nil when the shape is valid.
     let shapeError: PeerSyncError?
@@ -244,6 +246,7 @@ struct PlanFacts: Sendable {
         readsExpiration = plan.readsExpiration
         readProperties = plan.readProperties.map(JSONValue.PropertySelection.init)
         isAggregate = plan.isAggregate
+        columnNames = plan.columnNames
         do {
             try Executor.checkShape(plan)
             shapeError = nil

@@ -351,6 +351,10 @@ enum IndexedScan {
         // covers the query (and the key's values read back exactly), else from its document,
         // read by ID (skipped when no longer there). False: `visit` asked to stop.
         let count = index.expressions.count
+        // One dictionary's storage for every covered row: a row is not kept past `visit` (a
+        // row kept, as a group's first document, is copied on the next write, as any shared
+        // dictionary is).
+        var scratch: [String: JSONValue] = [:]
         func visitEntries(_ entries: ArraySlice<(id: String, key: [UInt8])>) throws -> Bool {
             guard let covering = path.covering else {
                 var stopped = false
@@ -364,10 +368,10 @@ enum IndexedScan {
             }
             for entry in entries {
                 if let values = IndexKey.decodeStoredValues(entry.key, count: count, positions: covering.positions) {
-                    var properties: [String: JSONValue] = [:]
-                    for (name, value) in zip(covering.keys, values) where value != nil { properties[name] = value }
+                    scratch.removeAll(keepingCapacity: true)
+                    for (name, value) in zip(covering.keys, values) where value != nil { scratch[name] = value }
                     let row = QueryDocument(id: entry.id, sequence: 0, revisionID: "", isDeleted: false,
-                                            expiration: nil, properties: properties)
+                                            expiration: nil, properties: scratch)
                     if !(try visit(row)) { return false }
                 } else if let document = try transaction.queriedDocument(id: entry.id, in: collection, readingOnly: readProperties),
                           !(try fetched(document)) {
@@ -469,22 +473,35 @@ enum QueryAccess {
     }
 }
 
-/// The plan a run through an ``AccessPath`` evaluates, with its facts: the query's, or, when
-/// the index read proves some of its `WHERE` conditions (``AccessPath/proven``), the query
-/// without them, which reads fewer properties of each fetched document. Keeps the last one
-/// made (one per ``Query``). Thread-safe.
+/// The plan a run through an ``AccessPath`` that proves some of the query's `WHERE`
+/// conditions (``AccessPath/proven``) evaluates, with its facts: the query without those
+/// conditions, which reads fewer properties of each fetched document. Keeps the last one made
+/// (one per ``Query``), as one object, so a run takes it with one reference (not a copy of
+/// the plan and facts). Thread-safe.
 final class ResidualPlans: Sendable {
-    private let last = LockedValue<(proven: [Int], plan: QueryPlan, facts: PlanFacts)?>(nil)
+    /// A residual plan and its facts.
+    final class Residual: Sendable {
+        let proven: [Int]
+        let plan: QueryPlan
+        let facts: PlanFacts
+        init(proven: [Int], plan: QueryPlan) {
+            self.proven = proven
+            self.plan = plan
+            self.facts = PlanFacts(plan)
+        }
+    }
 
-    /// The plan and facts to run `plan` (whose facts are `facts`) through `path` with.
-    func plan(for path: AccessPath, _ plan: QueryPlan, _ facts: PlanFacts) -> (plan: QueryPlan, facts: PlanFacts) {
-        if path.proven.isEmpty { return (plan, facts) }
-        if let hit = last.withLock({ $0 }), hit.proven == path.proven { return (hit.plan, hit.facts) }
+    private let last = LockedValue<Residual?>(nil)
+
+    /// The plan (and facts) to run `plan` with when an index read proves its `WHERE`
+    /// conditions at `proven` (positions among ``Planner/conjuncts(_:)``, not empty).
+    func plan(for proven: [Int], _ plan: QueryPlan) -> Residual {
+        if let hit = last.withLock({ $0 }), hit.proven == proven { return hit }
         var residual = plan
-        residual.whereClause = Planner.residual(plan.whereClause, removing: path.proven)
-        let made = (proven: path.proven, plan: residual, facts: PlanFacts(residual))
+        residual.whereClause = Planner.residual(plan.whereClause, removing: proven)
+        let made = Residual(proven: proven, plan: residual)
         last.withLock { $0 = made }
-        return (made.plan, made.facts)
+        return made
     }
 }
 

@@ -1,5 +1,6 @@
 import PeerSyncCore
 @_spi(Indexing) import PeerSyncDatabase
+import Synchronization
 
 /// A query over a collection and the collections it joins (Couchbase Lite's `Query`), built with ``QueryBuilder`` or
 /// parsed from SQL++ by `Database.createQuery(_:)`. The builder methods (`where`, `groupBy`,
@@ -31,12 +32,18 @@ public final class Query: Sendable, CustomStringConvertible {
     let runTimes = QueryRunTimes()
     /// The plan without the `WHERE` conditions an index read proves (Planner.swift).
     let residualPlans = ResidualPlans()
+    /// The handle of the collection a SQL++ query without joins names (unchecked: whether it
+    /// exists is checked in each run's read transaction, see ``sources()``); nil otherwise, or
+    /// when the name is not valid (``sources()`` then throws its error).
+    private let namedSource: Collection?
 
     init(database: Database, collection: Collection?, plan: QueryPlan) {
         self.database = database
         self.collection = collection
         self.plan = plan
         self.facts = PlanFacts(plan)
+        self.namedSource = collection == nil && plan.joins.isEmpty
+            ? try? database.uncheckedCollection(name: plan.source.collection, scope: plan.source.scope) : nil
         _ = QueryIndexer.installed   // this process maintains value indexes from now on
     }
 
@@ -55,7 +62,7 @@ public final class Query: Sendable, CustomStringConvertible {
     public var description: String { SQLPrinter.query(plan) }
 
     /// The names of the result columns, in order (see ``Result``).
-    public var columnNames: [String] { plan.columnNames }
+    public var columnNames: [String] { facts.columnNames }
 
     // MARK: Building
 
@@ -100,8 +107,9 @@ public final class Query: Sendable, CustomStringConvertible {
     /// Isolation: a read (see "Isolation" on `Database`): one read transaction, on one of the
     /// database's reader threads while the caller suspends — or, when this query's previous
     /// run read for less than 2 ms (`QueryRunTimes.inlineLimit`) and the storage can begin the read
-    /// without waiting, on the calling task's thread, followed by a `Task.yield()` (a short
-    /// index read costs less than the hop to a reader thread; the storage never blocks in it).
+    /// without waiting, on the calling task's thread, followed by a `Task.yield()` when the
+    /// thread has not yielded so for 1 ms (a short index read costs less than the hop to a
+    /// reader thread, or than a yield's hand-over to another thread; the storage never blocks in it).
     /// The rows and the snapshot are the same either way. When that snapshot shows a *stale* index of the collection (a process without this package changed
     /// documents, see the package README, "Indexes"), the query first rebuilds it in one write
     /// transaction, then runs in a new snapshot; a stale index is never read for a result.
@@ -137,10 +145,11 @@ public final class Query: Sendable, CustomStringConvertible {
                 // if another process made it stale again since, this run scans instead.
                 if sawStale && !scanIfStale { return nil }
                 // Without the WHERE conditions the index read proves (the same rows).
-                let (plan, facts) = residualPlans.plan(for: path, plan, facts)
-                let scan = DocumentScan(plan: plan, main: collection, joins: joins, parameters: parameters,
-                                        statistics: statistics, path: path, facts: facts)
-                return try Executor(plan: plan, parameters: parameters, facts: facts).run(ordered: path.order != nil) { visit in
+                let residual = path.proven.isEmpty ? nil : residualPlans.plan(for: path.proven, plan)
+                let runPlan = residual?.plan ?? plan, runFacts = residual?.facts ?? facts
+                let scan = DocumentScan(plan: runPlan, main: collection, joins: joins, parameters: parameters,
+                                        statistics: statistics, path: path, facts: runFacts)
+                return try Executor(plan: runPlan, parameters: parameters, facts: runFacts).run(ordered: path.order != nil) { visit in
                     try scan.run(transaction, visit)
                 }
             }
@@ -149,7 +158,7 @@ public final class Query: Sendable, CustomStringConvertible {
             let rows = runTimes.lastRunWasShort
                 ? try await database.inShortReadBatch(read)
                 : try await database.inReadBatch(read)
-            if let rows { return ResultSet(columnNames: plan.columnNames, rows: rows) }
+            if let rows { return ResultSet(columnNames: facts.columnNames, rows: rows) }
             try await QueryAccess.rebuildStaleIndexes(collection)
             rebuilt = true
         }
@@ -195,6 +204,7 @@ public final class Query: Sendable, CustomStringConvertible {
             return (main, joins, false)
         }
         if let collection { return (collection, [], false) }
+        if let namedSource { return (namedSource, [], true) }
         return (try database.uncheckedCollection(name: plan.source.collection, scope: plan.source.scope), [], true)
     }
 
@@ -290,19 +300,19 @@ final class QueryRunTimes: Sendable {
     static let inlineLimit: Duration = .milliseconds(2)
 
     /// Nanoseconds of the last read; `Int64.max` before the first run.
-    private let lastNanoseconds = LockedValue<Int64>(.max)
+    private let lastNanoseconds = Atomic<Int64>(.max)
 
     /// Records a run's read time.
     func record(_ duration: Duration) {
         let (seconds, attoseconds) = duration.components
         let nanoseconds = seconds > 9_000_000_000 ? Int64.max : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-        lastNanoseconds.withLock { $0 = nanoseconds }
+        lastNanoseconds.store(nanoseconds, ordering: .relaxed)
     }
 
     /// Whether the last run's read was shorter than ``inlineLimit``.
     var lastRunWasShort: Bool {
         let (seconds, attoseconds) = Self.inlineLimit.components
         let limit = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-        return lastNanoseconds.withLock { $0 } < limit
+        return lastNanoseconds.load(ordering: .relaxed) < limit
     }
 }

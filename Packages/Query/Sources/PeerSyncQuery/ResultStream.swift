@@ -62,7 +62,7 @@ public struct ResultStream: AsyncSequence, Sendable {
                 position = 0
             }
             defer { position += 1 }
-            return Result(columnNames: query.plan.columnNames, values: page[position])
+            return Result(columnNames: query.facts.columnNames, values: page[position])
         }
     }
 }
@@ -92,7 +92,7 @@ extension Query {
     ///
     /// `pageSize`: rows per page, at least 1 (default 256).
     public func resultStream(pageSize: Int = 256) -> ResultStream {
-        ResultStream(columnNames: plan.columnNames, query: self, pageSize: Swift.max(1, pageSize))
+        ResultStream(columnNames: facts.columnNames, query: self, pageSize: Swift.max(1, pageSize))
     }
 
     /// Whether the rows can be produced a page at a time: no sort, group, distinct or join.

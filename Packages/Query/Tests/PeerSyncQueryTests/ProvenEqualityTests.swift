@@ -54,14 +54,15 @@ import Testing
 
         let query = try SQLParser.parse("SELECT meta().id, n FROM _ WHERE type = 'a'")
         let path = Planner.choose(query, parameters: [:], indexes: [try index("byType", ["type"])])
+        #expect(path.proven == [0])
         let residuals = ResidualPlans()
-        let (residual, facts) = residuals.plan(for: path, query, PlanFacts(query))
-        #expect(residual.whereClause == nil)
-        #expect(residual.readProperties == ["n"])   // `type` is not parsed from fetched bodies
-        #expect(facts.readProperties != nil)
-        // Nothing proven: the query's own plan.
-        let scan = residuals.plan(for: .scan, query, PlanFacts(query))
-        #expect(scan.plan.whereClause == query.whereClause)
+        let residual = residuals.plan(for: path.proven, query)
+        #expect(residual.plan.whereClause == nil)
+        #expect(residual.plan.readProperties == ["n"])   // `type` is not parsed from fetched bodies
+        #expect(residual.facts.readProperties != nil)
+        #expect(residuals.plan(for: path.proven, query) === residual)   // kept, not made again
+        // Nothing proven (a scan): `execute()` runs the query's own plan, no residual.
+        #expect(Planner.choose(query, parameters: [:], indexes: []).proven.isEmpty)
     }
 
     /// Stored values around the proven equalities (bytes that escape, canonically equivalent
