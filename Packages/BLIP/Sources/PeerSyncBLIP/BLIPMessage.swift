@@ -107,21 +107,43 @@ public struct BLIPProperties: Sendable, Hashable, ExpressibleByDictionaryLiteral
         guard bytes.last == 0 else {
             throw PeerSyncError(.protocolError, "message properties do not end with NUL")
         }
-        let parts = bytes.dropLast().split(separator: 0, omittingEmptySubsequences: false)
-        guard parts.count % 2 == 0 else {
+        // One pass over the bytes, no array of slices; each string is made from its bytes
+        // directly (`split` plus `String(validating:)` on array slices, which ran generically,
+        // was ~1 % of a replication's CPU: every message is decoded).
+        let strings: [String]? = bytes.withUnsafeBufferPointer { buffer in
+            var strings: [String] = []
+            var start = 0
+            for i in 0..<buffer.count where buffer[i] == 0 {
+                guard let string = Self.validUTF8(UnsafeBufferPointer(rebasing: buffer[start..<i])) else { return nil }
+                strings.append(string)
+                start = i + 1
+            }
+            return strings
+        }
+        // Checked in this order before too: the count, then the encoding.
+        guard bytes.count(where: { $0 == 0 }) % 2 == 0 else {
             throw PeerSyncError(.protocolError, "message properties have an odd number of strings")
         }
+        guard let strings else {
+            throw PeerSyncError(.protocolError, "message properties are not valid UTF-8")
+        }
         var result = BLIPProperties()
+        result.pairs.reserveCapacity(strings.count / 2)
         var i = 0
-        while i < parts.count {
-            guard let key = String(validating: parts[i], as: UTF8.self),
-                  let value = String(validating: parts[i + 1], as: UTF8.self) else {
-                throw PeerSyncError(.protocolError, "message properties are not valid UTF-8")
-            }
-            result.pairs.append((key: key, value: value))
+        while i < strings.count {
+            result.pairs.append((key: strings[i], value: strings[i + 1]))
             i += 2
         }
         return result
+    }
+
+    /// The string of `bytes`, or nil when they are not valid UTF-8. `String(decoding:)`
+    /// replaces invalid sequences with U+FFFD, so its result has the same bytes exactly when
+    /// the input was valid.
+    private static func validUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        var string = String(decoding: bytes, as: UTF8.self)
+        let valid = string.withUTF8 { $0.elementsEqual(bytes) }
+        return valid ? string : nil
     }
 }
 

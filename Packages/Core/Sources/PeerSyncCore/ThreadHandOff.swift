@@ -13,6 +13,10 @@
 ///
 /// `start` runs synchronously on the calling task and must arrange for `deliver` to be called
 /// exactly once, from any thread.
+///
+/// Inlinable, so that each database hop (a read or write of every replicated batch) is
+/// specialized for its result type instead of running generically across modules.
+@inlinable
 package func awaitDelivery<R: Sendable, E: Error>(
     _ start: (_ deliver: @escaping @Sendable (Result<R, E>) -> Void) -> Void
 ) async -> Result<R, E> {

@@ -2,20 +2,40 @@ import PeerSyncCore
 import PeerSyncStorage
 
 /// The identity of a collection and the names of the storage keyspaces that hold it.
+///
+/// The names used on every document read and write (the full name, the documents and purge
+/// log keyspaces) are built once, in `init`: built per call they were a string concatenation
+/// and a heap allocation each (`"docs:_default._default"` is too long for a small string),
+/// several per replicated revision. Equality and hashing are by `scope` and `name` only.
 struct CollectionSpec: Hashable, Sendable {
     let scope: String
     let name: String
+    let fullName: String
+    /// Documents: key = document ID, the database's record layout (see `DocumentEngine`).
+    let documentsKeyspace: String
+    /// Purge log: key = purged document ID, so listeners (also in other processes) see purges.
+    let purgeLogKeyspace: String
+
+    init(scope: String, name: String) {
+        self.scope = scope
+        self.name = name
+        fullName = "\(scope).\(name)"
+        documentsKeyspace = "docs:" + fullName
+        purgeLogKeyspace = "purged:" + fullName
+    }
+
+    static func == (a: CollectionSpec, b: CollectionSpec) -> Bool { a.scope == b.scope && a.name == b.name }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(scope)
+        hasher.combine(name)
+    }
 
     static let defaultName = "_default"
     static let `default` = CollectionSpec(scope: defaultName, name: defaultName)
 
-    var fullName: String { "\(scope).\(name)" }
-    /// Documents: key = document ID, the database's record layout (see `DocumentEngine`).
-    var documentsKeyspace: String { "docs:" + fullName }
     /// Expiration index: `d:<docID>` → time, `t:<20-digit ms>:<docID>` → empty.
     var expiryKeyspace: String { "exp:" + fullName }
-    /// Purge log: key = purged document ID, so listeners (also in other processes) see purges.
-    var purgeLogKeyspace: String { "purged:" + fullName }
     /// Local (non-replicated) documents of this collection.
     var localKeyspace: String { "local:" + fullName }
     var allKeyspaces: [String] { [documentsKeyspace, expiryKeyspace, purgeLogKeyspace, localKeyspace] }

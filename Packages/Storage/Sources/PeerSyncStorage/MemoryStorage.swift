@@ -138,11 +138,20 @@ public final class MemoryStorage: Storage {
 
 // MARK: - Data
 
+/// A record in the sequence index (immutable, shared by snapshots as the trees' nodes are).
+final class RecordBox: Sendable {
+    let record: Record
+    init(_ record: Record) { self.record = record }
+}
+
 /// One keyspace: records by key, the sequence index, the sequence counter.
 struct KeyspaceData: Sendable {
     var records = PersistentSortedMap<ByteKey, Record>()
-    /// Latest sequence of every record → its key. Replaced and purged sequences are removed.
-    var bySequence = PersistentSortedMap<UInt64, ByteKey>()
+    /// Latest sequence of every record → the record. Replaced and purged sequences are
+    /// removed. The record itself (boxed: one reference to copy when a path of the tree is
+    /// copied), not its key, so that a walk by sequence (the changes feeds, the change
+    /// notifier) does not look every key up again in `records` (~1.5 % of a replication's CPU).
+    var bySequence = PersistentSortedMap<UInt64, RecordBox>()
     var lastSequence: UInt64 = 0
     var deletedCount = 0
 }
@@ -181,9 +190,8 @@ struct StoreData: Sendable {
 
     func enumerate(in keyspace: String, since: UInt64, _ body: (Record) throws -> Bool) rethrows {
         guard let ks = keyspaces[ByteKey(keyspace)], since < UInt64.max else { return }
-        try ks.bySequence.forEach(from: since + 1, to: nil, upperInclusive: false, descending: false) { _, key in
-            guard let record = ks.records[key] else { return true }  // unreachable: the indexes agree
-            return try body(record)
+        try ks.bySequence.forEach(from: since + 1, to: nil, upperInclusive: false, descending: false) { _, box in
+            try body(box.record)
         }
     }
 
@@ -213,7 +221,7 @@ struct StoreData: Sendable {
             if old.flags.contains(.deleted) { ks.deletedCount -= 1 }
         }
         if stored.flags.contains(.deleted) { ks.deletedCount += 1 }
-        ks.bySequence.set(key, for: stored.sequence)
+        ks.bySequence.set(RecordBox(stored), for: stored.sequence)
         keyspaces.set(ks, for: name)
         return stored.sequence
     }

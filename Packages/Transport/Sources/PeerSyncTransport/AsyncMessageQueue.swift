@@ -25,13 +25,18 @@ import PeerSyncCore
 ///
 /// All methods are thread-safe; the state is guarded by one lock and continuations are
 /// resumed outside it.
+///
+/// Sending and receiving are inlinable (their state `@usableFromInline`): a link's two
+/// queues carry every frame of a replication, and called across modules unspecialized each
+/// call looked up the generic metadata of its buffers (a specialization per element type
+/// in the calling module instead).
 public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// The maximum number of buffered elements (at least 1).
     public let maxCount: Int
     /// The maximum number of buffered bytes (at least 1); see the admission rule above.
     public let maxBytes: Int
-    private let cost: @Sendable (Element) -> Int
-    private let state = LockedValue(State())
+    @usableFromInline let cost: @Sendable (Element) -> Int
+    @usableFromInline let state = LockedValue(State())
 
     /// Creates a queue holding at most `maxCount` elements and `maxBytes` bytes, where `cost`
     /// gives the size of an element in bytes (default: 0, so only `maxCount` limits). Values
@@ -48,6 +53,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// `PeerSyncError.Code.connectionClosed`) if the queue is finished before the element is
     /// admitted, and `PeerSyncError.Code.cancelled` if the task is cancelled while waiting;
     /// in both cases the element was not enqueued.
+    @inlinable
     public func send(_ element: Element) async throws {
         // Fast path (most sends on a flowing link): admitted or handed to a waiting receiver
         // at once, without a continuation or a cancellation handler.
@@ -92,6 +98,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
 
     /// Appends `element` if it can be admitted now. Returns `false` (and does not enqueue) when
     /// the queue is full or has suspended senders; throws like ``send(_:)`` when finished.
+    @inlinable
     public func trySend(_ element: Element) throws -> Bool {
         let size = Swift.max(0, cost(element))
         let action: SendAction = state.withLock { s in
@@ -120,6 +127,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
     /// `nil` once the queue finished cleanly and is drained; throws the finish error once it
     /// finished with one and is drained; throws `PeerSyncError.Code.cancelled` if the task is
     /// cancelled while waiting.
+    @inlinable
     public func receive() async throws -> Element? {
         // Fast path: an element is buffered (the same first step as the slow path's).
         if let element = tryReceive() { return element }
@@ -158,6 +166,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
 
     /// Removes and returns the oldest buffered element without waiting, or `nil` if none is
     /// buffered. Never throws; check ``isFinished`` to tell "empty" from "ended".
+    @inlinable
     public func tryReceive() -> Element? {
         let taken = state.withLock { s in s.takeFirst(maxCount: maxCount, maxBytes: maxBytes) }
         guard let (element, admitted) = taken else { return nil }
@@ -212,64 +221,89 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
 
     // MARK: Internals
 
-    private func admitWaitingSenders() {
+    @usableFromInline
+    func admitWaitingSenders() {
         let admitted = state.withLock { s in s.admitSenders(maxCount: maxCount, maxBytes: maxBytes) }
         for sender in admitted { sender.resume() }
     }
 
-    private static func cancelledError(_ operation: String) -> PeerSyncError {
+    @usableFromInline
+    static func cancelledError(_ operation: String) -> PeerSyncError {
         PeerSyncError(.cancelled, "the task was cancelled", context: ["operation": operation])
     }
 
-    private enum SendAction {
+    @usableFromInline
+    enum SendAction {
         case done, wait
         case fail(any Error)
         case handOff(CheckedContinuation<Element?, any Error>)
     }
 
-    private enum ReceiveAction {
+    @usableFromInline
+    enum ReceiveAction {
         case element(Element, [CheckedContinuation<Void, any Error>])
         case finished, wait
         case fail(any Error)
     }
 
-    private struct Sender {
-        let id: UInt64
-        let element: Element
-        let size: Int
-        let continuation: CheckedContinuation<Void, any Error>
+    @usableFromInline
+    struct Sender {
+        @usableFromInline let id: UInt64
+        @usableFromInline let element: Element
+        @usableFromInline let size: Int
+        @usableFromInline let continuation: CheckedContinuation<Void, any Error>
+
+        @usableFromInline
+        init(id: UInt64, element: Element, size: Int, continuation: CheckedContinuation<Void, any Error>) {
+            self.id = id
+            self.element = element
+            self.size = size
+            self.continuation = continuation
+        }
     }
 
-    private struct Receiver {
-        let id: UInt64
-        let continuation: CheckedContinuation<Element?, any Error>
+    @usableFromInline
+    struct Receiver {
+        @usableFromInline let id: UInt64
+        @usableFromInline let continuation: CheckedContinuation<Element?, any Error>
+
+        @usableFromInline
+        init(id: UInt64, continuation: CheckedContinuation<Element?, any Error>) {
+            self.id = id
+            self.continuation = continuation
+        }
     }
 
-    private struct End {
-        let error: (any Error)?
-        var senderError: any Error {
+    @usableFromInline
+    struct End {
+        @usableFromInline let error: (any Error)?
+        @usableFromInline var senderError: any Error {
             error ?? PeerSyncError(.connectionClosed, "the queue is finished", context: ["operation": "send"])
         }
     }
 
-    private struct State {
-        var buffer = FIFO<(element: Element, size: Int)>()
-        var bytes = 0
-        var senders = FIFO<Sender>()
-        var receivers = FIFO<Receiver>()
-        var end: End?
-        var nextID: UInt64 = 0
+    @usableFromInline
+    struct State {
+        @usableFromInline var buffer = FIFO<(element: Element, size: Int)>()
+        @usableFromInline var bytes = 0
+        @usableFromInline var senders = FIFO<Sender>()
+        @usableFromInline var receivers = FIFO<Receiver>()
+        @usableFromInline var end: End?
+        @usableFromInline var nextID: UInt64 = 0
 
+        @inlinable
         mutating func makeID() -> UInt64 {
             nextID &+= 1
             return nextID
         }
 
+        @inlinable
         func canAdmit(_ size: Int, maxCount: Int, maxBytes: Int) -> Bool {
             buffer.isEmpty || (buffer.count < maxCount && bytes <= maxBytes - size)
         }
 
         /// Moves waiting senders into the buffer while they fit; returns their continuations.
+        @inlinable
         mutating func admitSenders(maxCount: Int, maxBytes: Int) -> [CheckedContinuation<Void, any Error>] {
             var admitted: [CheckedContinuation<Void, any Error>] = []
             while let first = senders.first, canAdmit(first.size, maxCount: maxCount, maxBytes: maxBytes) {
@@ -281,6 +315,7 @@ public final class AsyncMessageQueue<Element: Sendable>: Sendable {
             return admitted
         }
 
+        @inlinable
         mutating func takeFirst(maxCount: Int, maxBytes: Int) -> (Element, [CheckedContinuation<Void, any Error>])? {
             guard let first = buffer.popFirst() else { return nil }
             bytes -= first.size
@@ -314,16 +349,18 @@ extension AsyncMessageQueue: AsyncSequence {
 
 /// A simple array-backed FIFO with amortized O(1) removal from the front. Removed slots are
 /// cleared at once, so the FIFO never keeps a popped element alive.
+@usableFromInline
 struct FIFO<T> {
-    private var storage: [T?] = []
-    private var head = 0
+    @usableFromInline var storage: [T?] = []
+    @usableFromInline var head = 0
 
-    var count: Int { storage.count - head }
-    var isEmpty: Bool { head == storage.count }
-    var first: T? { isEmpty ? nil : storage[head] }
+    @inlinable var count: Int { storage.count - head }
+    @inlinable var isEmpty: Bool { head == storage.count }
+    @inlinable var first: T? { isEmpty ? nil : storage[head] }
 
-    mutating func append(_ item: T) { storage.append(item) }
+    @inlinable mutating func append(_ item: T) { storage.append(item) }
 
+    @inlinable
     mutating func popFirst() -> T? {
         guard head < storage.count else { return nil }
         let item = storage[head]
@@ -339,6 +376,7 @@ struct FIFO<T> {
         return item
     }
 
+    @inlinable
     func firstIndex(where predicate: (T) -> Bool) -> Int? {
         var i = head
         while i < storage.count {
@@ -348,6 +386,7 @@ struct FIFO<T> {
         return nil
     }
 
+    @inlinable
     mutating func remove(at offset: Int) -> T? {
         storage.remove(at: head + offset)
     }
