@@ -224,9 +224,6 @@ final class LMDBTransaction: StorageWriter {
         case let .drop(keyspace):
             _ = try dropCore(keyspace)
             matches = true
-        case let .putEntry(record, keySet, storedSize):
-            _ = try putCore(record, keySet, storedSize: storedSize, keySet: true)
-            matches = true
         case let .putEntries(puts, keySet):
             try putEntriesCore(puts[...], keySet)
             matches = true

@@ -13,7 +13,6 @@ enum JournalEntry {
     case delete(key: String, keyspace: String, sequence: UInt64?)
     case purge(key: String, keyspace: String, existed: Bool)
     case drop(keyspace: String)
-    case putEntry(Record, keySet: String, storedSize: Int)
     /// A key set's held-back puts, written out in this (sorted) order (``PendingKeySetPuts``).
     case putEntries([(key: String, value: [UInt8], order: Int)], keySet: String)
     case removeEntry(key: String, keySet: String, existed: Bool)
