@@ -51,7 +51,7 @@ final class LMDBTransaction: StorageWriter {
     private(set) var replaying = false
     var keyOverlays: [KeyOverlay] = []
     /// Key-set puts held back until the commit (see PendingKeySetPuts.swift in PeerSyncStorage);
-    /// not yet in the journal (they are journaled as they are written out).
+    /// not yet in the journal (each key set's run is journaled as it is written out).
     var heldBackPuts = HeldBackKeySetPuts()
     var seqOverlays: [SeqOverlay] = []
     let keyBuffer = ScratchBuffer(capacity: 1024)
@@ -88,7 +88,7 @@ final class LMDBTransaction: StorageWriter {
     /// `MDB_MAP_FULL` grows the map, replays and commits again.
     func commit() throws(PeerSyncError) {
         try ensureWritable()
-        // Into this LMDB transaction, each put journaled as it is written: a map growth during
+        // Into this LMDB transaction, each run journaled as it is written: a map growth during
         // or after the write-out replays them with the rest. A failed write-out poisons the
         // transaction (`perform`), so it cannot commit.
         try writePendingEntries()
