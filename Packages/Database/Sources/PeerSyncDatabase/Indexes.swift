@@ -136,6 +136,14 @@ extension PreparedDocumentIndexer {
 
     public func forEachEntryKey(documentID: String, properties: [String: JSONValue],
                                 _ visit: (_ definition: Int, _ key: String) throws -> Void) throws {
+        try forEachEntryKeyOfArrays(documentID: documentID, properties: properties, visit)
+    }
+
+    /// ``forEachEntryKey(documentID:properties:_:)`` over the arrays of
+    /// ``entryKeys(documentID:properties:)``: the default, and an implementation's fallback
+    /// for the definitions its own walk does not cover.
+    public func forEachEntryKeyOfArrays(documentID: String, properties: [String: JSONValue],
+                                        _ visit: (_ definition: Int, _ key: String) throws -> Void) throws {
         for (definition, keys) in try entryKeys(documentID: documentID, properties: properties).enumerated() {
             for key in keys { try visit(definition, key) }
         }

@@ -244,10 +244,7 @@ struct PreparedQueryIndexer: PreparedDocumentIndexer {
     func forEachEntryKey(documentID: String, properties: [String: JSONValue],
                          _ visit: (_ definition: Int, _ key: String) throws -> Void) throws {
         guard onlyPaths else {
-            for (definition, keys) in try entryKeys(documentID: documentID, properties: properties).enumerated() {
-                for key in keys { try visit(definition, key) }
-            }
-            return
+            return try forEachEntryKeyOfArrays(documentID: documentID, properties: properties, visit)
         }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(64 + documentID.utf8.count)
