@@ -520,6 +520,16 @@ struct JSONParser {
             while index < buffer.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(buffer[index]) { index += 1 }
             if index == digits { throw error("invalid number: no exponent digits") }
         }
+        // An integer of at most 18 digits cannot overflow Int64: summed here, without the
+        // String and the generic parse the other numbers go through (the common case of a
+        // stored document's numbers).
+        let negative = buffer[start] == UInt8(ascii: "-")
+        let firstDigit = negative ? start + 1 : start
+        if isInteger && index - firstDigit <= 18 {
+            var value: Int64 = 0
+            for i in firstDigit..<index { value = value &* 10 &+ Int64(buffer[i] &- UInt8(ascii: "0")) }
+            return .int(negative ? -value : value)
+        }
         let text = String(decoding: UnsafeBufferPointer(rebasing: buffer[start..<index]), as: UTF8.self)
         if isInteger, let i = Int64(text) { return .int(i) }
         guard let d = Double(text), d.isFinite else { throw error("number out of range") }

@@ -24,6 +24,28 @@ import Testing
         #expect(try JSONValue(parsing: "9223372036854775807") == .int(Int64.max))
     }
 
+    /// Integers of up to 18 digits are summed directly, longer ones parsed from text: the
+    /// same values either way, at the boundaries too.
+    @Test func integersParseAtEveryLength() throws {
+        var digits = ""
+        for length in 1...19 {
+            digits += String((length * 7) % 10 == 0 ? 1 : (length * 7) % 10)
+            let value = try #require(Int64(digits))
+            #expect(try JSONValue(parsing: digits) == .int(value), "\(digits)")
+            #expect(try JSONValue(parsing: "-" + digits) == .int(-value), "-\(digits)")
+            #expect(try JSONValue(parsing: "[\(digits),-\(digits)]") == .array([.int(value), .int(-value)]))
+        }
+        #expect(try JSONValue(parsing: "999999999999999999") == .int(999_999_999_999_999_999))
+        #expect(try JSONValue(parsing: "-9223372036854775808") == .int(Int64.min))
+        #expect(try JSONValue(parsing: "9223372036854775808") == .double(9_223_372_036_854_775_808))
+        #expect(try JSONValue(parsing: "0") == .int(0))
+        #expect(try JSONValue(parsing: "-0") == .int(0))
+        #expect(try JSONValue(parsing: "12.5") == .double(12.5))
+        #expect(try JSONValue(parsing: "12e2") == .double(1200))
+        #expect(throws: PeerSyncError.self) { try JSONValue(parsing: "012") }
+        #expect(throws: PeerSyncError.self) { try JSONValue(parsing: "-") }
+    }
+
     /// Issue 9: user-facing entry points parse with `.strict`, which refuses duplicate keys
     /// (also when they differ only in Unicode normalisation, as they would overwrite each
     /// other); the default keeps "last one wins" for the replication path.
