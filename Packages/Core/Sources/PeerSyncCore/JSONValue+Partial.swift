@@ -29,13 +29,19 @@ extension JSONValue {
     /// with its storage kept: a reader parsing body after body into one dictionary, holding
     /// no other reference to it in between, allocates no dictionary per body. After an error,
     /// `properties` holds some of the object's properties; use it only on success.
+    ///
+    /// `uniqueKeys`: the caller knows the object holds no key twice (no two keys equal as
+    /// Swift strings: the canonical JSON a database stored, made from a dictionary). Parsing
+    /// then stops as soon as every selected key is found, and the text after it is not read
+    /// (not checked either). Default false: the whole object is read, the last duplicate wins.
     public static func objectProperties(parsing bytes: [UInt8], selecting selection: PropertySelection,
-                                        into properties: inout [String: JSONValue]) throws(PeerSyncError) {
+                                        into properties: inout [String: JSONValue],
+                                        uniqueKeys: Bool = false) throws(PeerSyncError) {
         properties.removeAll(keepingCapacity: true)
         let error = bytes.withUnsafeBufferPointer { buffer -> PeerSyncError? in
             var parser = JSONParser(buffer: buffer, options: ParseOptions())
             do throws(PeerSyncError) {
-                try parser.parseObject(keeping: selection, into: &properties)
+                try parser.parseObject(keeping: selection, into: &properties, stoppingWhenAllFound: uniqueKeys)
                 return nil
             } catch {
                 return error
@@ -101,9 +107,13 @@ extension JSONValue {
 }
 
 extension JSONParser {
-    /// The whole input is one object; adds its properties named in `selection` to `out`.
+    /// The whole input is one object; adds its properties named in `selection` to `out`
+    /// (empty at the call). `stoppingWhenAllFound`: returns once `out` holds every selected
+    /// key, the rest unread (for objects known to hold each key once).
     mutating func parseObject(keeping selection: JSONValue.PropertySelection,
-                              into out: inout [String: JSONValue]) throws(PeerSyncError) {
+                              into out: inout [String: JSONValue],
+                              stoppingWhenAllFound: Bool = false) throws(PeerSyncError) {
+        let stopAt = stoppingWhenAllFound ? selection.keys.count : -1
         // When every wanted key is ASCII, a stored key without escapes or non-ASCII bytes is
         // compared as bytes, without building a String (an ASCII string is canonically
         // equivalent only to itself); otherwise keys are decoded and compared as Strings.
@@ -111,6 +121,7 @@ extension JSONParser {
         skipWhitespace()
         guard index < buffer.count, buffer[index] == UInt8(ascii: "{") else { throw error("expected a JSON object") }
         index += 1
+        if stopAt == 0 { return }
         skipWhitespace()
         if index < buffer.count && buffer[index] == UInt8(ascii: "}") {
             index += 1
@@ -143,6 +154,7 @@ extension JSONParser {
                 skipWhitespace()
                 if let wanted {
                     out[wanted] = try parseValue()
+                    if out.count == stopAt { return }
                 } else {
                     try skipValue()
                 }

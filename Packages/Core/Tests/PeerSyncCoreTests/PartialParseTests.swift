@@ -45,6 +45,12 @@ import Testing
                     "\(JSONValue.object(object).canonicalString) keys \(keys.sorted())")
             try JSONValue.objectProperties(parsing: canonical, selecting: JSONValue.PropertySelection(keys), into: &reused)
             #expect(reused == expected, "reused: \(JSONValue.object(object).canonicalString) keys \(keys.sorted())")
+            // Canonical text holds each key once: stopping at the last selected key found
+            // gives the same properties.
+            var stopped: [String: JSONValue] = [:]
+            try JSONValue.objectProperties(parsing: canonical, selecting: JSONValue.PropertySelection(keys), into: &stopped,
+                                           uniqueKeys: true)
+            #expect(stopped == expected, "uniqueKeys: \(JSONValue.object(object).canonicalString) keys \(keys.sorted())")
             if kept == nil && expected.count >= 2 { kept = (reused, expected) }
             // The same text with white space around every structural character.
             var spaced: [UInt8] = []
@@ -79,6 +85,27 @@ import Testing
             let expected = full.filter { keys.contains($0.key) }
             #expect(try JSONValue.objectProperties(parsing: bytes, selecting: JSONValue.PropertySelection(keys)) == expected,
                     "keys \(keys.sorted())")
+        }
+    }
+
+    /// With `uniqueKeys` the parse ends at the last selected key found: what follows is not
+    /// read (here it is not even JSON); without it the whole text is read and refused.
+    @Test func uniqueKeysStopsAtTheLastSelectedKeyFound() throws {
+        let text = Array(#"{"a":1,"b":"two","c":[3 !"#.utf8)
+        var found: [String: JSONValue] = [:]
+        try JSONValue.objectProperties(parsing: text, selecting: JSONValue.PropertySelection(["a", "b"]), into: &found,
+                                       uniqueKeys: true)
+        #expect(found == ["a": 1, "b": "two"])
+        try JSONValue.objectProperties(parsing: text, selecting: JSONValue.PropertySelection([]), into: &found,
+                                       uniqueKeys: true)
+        #expect(found.isEmpty)
+        #expect(throws: PeerSyncError.self) {
+            try JSONValue.objectProperties(parsing: text, selecting: JSONValue.PropertySelection(["a", "b"]), into: &found)
+        }
+        // A selected key the object lacks: read to the end, as without `uniqueKeys`.
+        #expect(throws: PeerSyncError.self) {
+            try JSONValue.objectProperties(parsing: text, selecting: JSONValue.PropertySelection(["a", "z"]), into: &found,
+                                           uniqueKeys: true)
         }
     }
 

@@ -59,7 +59,8 @@ final class StoredBody: Sendable {
     static func properties(of data: [UInt8], selecting selection: JSONValue.PropertySelection?,
                            into properties: inout [String: JSONValue], docID: String, collection: String) {
         if let selection, !data.isEmpty,
-           (try? JSONValue.objectProperties(parsing: data, selecting: selection, into: &properties)) != nil {
+           // A stored body is canonical JSON: each key once.
+           (try? JSONValue.objectProperties(parsing: data, selecting: selection, into: &properties, uniqueKeys: true)) != nil {
             return
         }
         properties = Self.properties(of: data, selecting: nil, docID: docID, collection: collection)
