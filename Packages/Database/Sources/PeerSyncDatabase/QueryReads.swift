@@ -160,7 +160,7 @@ extension QueriedDocument {
     /// document: a caller passing the same dictionary for every document, and keeping no
     /// document past the next one, parses each into the same storage (a document it keeps
     /// is copied on the next write, as any shared dictionary is).
-    init(_ record: Record, _ engine: DocumentEngine, isDeleted: Bool, readingOnly selection: JSONValue.PropertySelection?,
+    init(_ record: borrowing Record, _ engine: borrowing DocumentEngine, isDeleted: Bool, readingOnly selection: JSONValue.PropertySelection?,
          collectionName: String, reusing scratch: inout [String: JSONValue]) throws {
         try engine.checkStoredBody(record)
         StoredBody.properties(of: record.body, selecting: selection, into: &scratch, docID: record.key,
