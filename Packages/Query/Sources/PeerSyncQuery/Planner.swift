@@ -387,7 +387,7 @@ enum IndexedScan {
             var groupKey: ArraySlice<UInt8>?
             var stopped = false
             func flush() throws {
-                if group.count > 1 { group.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) } }
+                if group.count > 1 { group.sort { compareUTF8($0.id, $1.id) < 0 } }
                 if !stopped, !(try visitEntries(group[...])) { stopped = true }
                 group.removeAll(keepingCapacity: true)
             }
@@ -417,13 +417,13 @@ enum IndexedScan {
                 return true
             }
         }
-        if let after { entries.removeAll { !after.utf8.lexicographicallyPrecedes($0.id.utf8) } }
+        if let after { entries.removeAll { compareUTF8(after, $0.id) >= 0 } }
         // One equal value (`=`) gives its entries in document-ID order already; others are sorted.
         if !IndexedScan.idsAscending(entries) {
-            entries.sort { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }
+            entries.sort { compareUTF8($0.id, $1.id) < 0 }
             var unique: [(id: String, key: [UInt8])] = []
             unique.reserveCapacity(entries.count)
-            for entry in entries where unique.last?.id != entry.id { unique.append(entry) }
+            for entry in entries where unique.last.map({ compareUTF8($0.id, entry.id) != 0 }) ?? true { unique.append(entry) }
             entries = unique
         }
         _ = try visitEntries(entries[...])
@@ -433,7 +433,7 @@ enum IndexedScan {
     static func idsAscending(_ entries: [(id: String, key: [UInt8])]) -> Bool {
         var previous: String?
         for entry in entries {
-            if let previous, !previous.utf8.lexicographicallyPrecedes(entry.id.utf8) { return false }
+            if let previous, compareUTF8(previous, entry.id) >= 0 { return false }
             previous = entry.id
         }
         return true

@@ -322,6 +322,26 @@ import Testing
         }
     }
 
+    /// Document IDs are distinct by their bytes: "\u{E9}" and "e\u{301}" are two documents
+    /// (equal as Swift strings). An index range whose entries come out of ID order is sorted
+    /// and deduplicated by bytes, so both stay (a `String ==` dedupe dropped one).
+    @Test(arguments: Backend.available)
+    func canonicallyEqualIDsAreTwoDocumentsThroughAnIndex(_ backend: Backend) async throws {
+        try await withDatabase(backend) { db in
+            let c = try await db.createCollection(name: "t")
+            _ = try await c.save(document: MutableDocument(id: "\u{E9}", data: ["n": 1]))
+            _ = try await c.save(document: MutableDocument(id: "e\u{301}", data: ["n": 2]))
+            _ = try await c.save(document: MutableDocument(id: "a", data: ["n": 3]))
+            let sql = "SELECT meta().id FROM t WHERE n >= 1"
+            let scanned = try await IndexTests.ids(db, sql)
+            try await c.createIndex(withName: "byN", config: ValueIndexConfiguration(["n"]))
+            #expect(try await db.createQuery(sql).explain().contains("USING INDEX byN "))
+            let indexed = try await IndexTests.ids(db, sql)
+            #expect(indexed.map { Array($0.utf8) } == scanned.map { Array($0.utf8) })
+            #expect(indexed.map { Array($0.utf8) } == [Array("a".utf8), Array("e\u{301}".utf8), Array("\u{E9}".utf8)])
+        }
+    }
+
     @Test(arguments: Backend.available)
     func plannerUsesIndexesAndGivesTheScansResults(_ backend: Backend) async throws {
         try await withDatabase(backend) { db in
