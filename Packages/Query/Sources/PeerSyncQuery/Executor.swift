@@ -70,10 +70,17 @@ struct Executor {
         } else {
             // Without ORDER BY or DISTINCT the scan can stop once offset + limit rows are found.
             let stopAfter = ((plan.orderBy.isEmpty || ordered) && !plan.distinct) ? limit.map { $0 + offset } : nil
+            // Taken out of the plan once, not per document.
+            let whereClause = plan.whereClause
+            let columns = plan.columns.map(\.expression)
+            let sortKeys = inOrder ? [] : plan.orderBy.map(\.expression)
+            let evaluator = self.evaluator
             try scan { document in
-                if let w = plan.whereClause, !Evaluator.isTrue(try evaluator.evaluate(w, document)) { return true }
-                rows.append((try plan.columns.map { c throws(PeerSyncError) in try evaluator.evaluate(c.expression, document) },
-                             inOrder ? [] : try plan.orderBy.map { o throws(PeerSyncError) in try evaluator.evaluate(o.expression, document) }))
+                if let whereClause, !Evaluator.isTrue(try evaluator.evaluate(whereClause, document)) { return true }
+                var values: [JSONValue?] = []
+                values.reserveCapacity(columns.count)
+                for column in columns { values.append(try evaluator.evaluate(column, document)) }
+                rows.append((values, sortKeys.isEmpty ? [] : try sortKeys.map { o throws(PeerSyncError) in try evaluator.evaluate(o, document) }))
                 if let stopAfter, rows.count >= stopAfter { return false }
                 return true
             }
