@@ -167,6 +167,10 @@ struct RecordHeader {
                             bodyCount: value.count - size - v - e)
     }
 
+    /// The largest body of a record without version or extra bytes (an ordered key set's
+    /// value) that LMDB can hold: its stored size is at most 4 GiB (``storedSize(_:)``).
+    static let maxBodySize = Int(UInt32.max) - size
+
     /// Bytes needed to store `record`, or nil if LMDB cannot hold it (4 GiB).
     static func storedSize(_ record: Record) -> Int? {
         let (a, o1) = record.version.count.addingReportingOverflow(record.extra.count)

@@ -225,7 +225,7 @@ final class LMDBTransaction: StorageWriter {
             _ = try dropCore(keyspace)
             matches = true
         case let .putEntries(puts, keySet):
-            try putEntriesCore(puts[...], keySet)
+            try putEntriesCore(puts, keySet)
             matches = true
         case let .removeEntry(key, keySet, existed):
             matches = try purgeCore(key, keySet, keySet: true) == existed

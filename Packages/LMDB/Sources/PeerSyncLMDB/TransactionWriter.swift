@@ -72,7 +72,7 @@ extension LMDBTransaction {
             throw PeerSyncError(.tooLarge, "the key set name is longer than \(Layout.maxKeyspaceNameSize) bytes",
                                 context: ["keySet": keySet])
         }
-        guard RecordHeader.storedSize(Record(key: key, body: value)) != nil else {
+        guard value.count <= RecordHeader.maxBodySize else {
             throw PeerSyncError(.tooLarge, "the entry is larger than LMDB's 4 GiB value limit",
                                 context: ["keySet": keySet, "key": key])
         }
@@ -125,19 +125,15 @@ extension LMDBTransaction {
         if pending.isEmpty { return }
         let keySet = pending.name
         let puts = pending.takeSorted()
-        for put in puts {
-            // Checked by `putEntry`; counted as a journaled single put would be.
-            guard let size = RecordHeader.storedSize(Record(key: put.key, body: put.value)) else {
-                throw PeerSyncError(.internalError, "a held-back entry is too large", context: ["keySet": keySet])
-            }
-            journalBytes &+= size &+ put.key.utf8.count &+ 64
-        }
+        // Counted as journaled single puts would be: per put its stored size (header + value),
+        // its key, and 64.
+        journalBytes &+= puts.count &* (RecordHeader.size &+ 64) &+ puts.valueByteCount &+ puts.keyByteCount
         journal.append(.putEntries(puts, keySet: keySet))
         let before = generation
         try perform { () throws(PeerSyncError) in
             // Run again after the map grew (a new LMDB transaction): the replay wrote it all.
             if generation != before { return }
-            try putEntriesCore(puts[...], keySet)
+            try putEntriesCore(puts, keySet)
         }
     }
 
@@ -159,15 +155,97 @@ extension LMDBTransaction {
     }
 
     /// Puts `puts` into key set `keySet` (creating it), in order, as ``putCore(_:_:storedSize:keySet:)``
-    /// does each: no journaling, no growth handling.
-    func putEntriesCore(_ puts: ArraySlice<(key: String, value: [UInt8], order: Int)>, _ keySet: String) throws(PeerSyncError) {
-        for put in puts {
-            let record = Record(key: put.key, body: put.value)
-            guard let size = RecordHeader.storedSize(record) else {
-                throw PeerSyncError(.internalError, "a held-back entry is too large", context: ["keySet": keySet])
-            }
-            _ = try putCore(record, keySet, storedSize: size, keySet: true)
+    /// puts each entry as a `Record` with the value as its body (the same stored bytes: a
+    /// header with the next sequence, no flags, no version or extra, then the value), without
+    /// building one: the key set is looked up once, and each key and value is copied into
+    /// LMDB straight from the run's bytes. No journaling, no growth handling.
+    func putEntriesCore(_ puts: SortedKeySetPuts, _ keySet: String) throws(PeerSyncError) {
+        if puts.isEmpty { return }
+        let ks: KeyspaceState
+        if let existing = try lookupKeyspace(keySet, keySet: true) {
+            ks = existing
+        } else {
+            ks = try createKeyspace(keySet, keySet: true)
         }
+        let cursor = try writeCursor(records: true)
+        // Running enumerations that must keep pre-images: only they need `noteMutation` per
+        // put (none can start during the run: no caller code runs in it).
+        let watched = !replaying && (keyOverlays.contains { $0.id == ks.id } || seqOverlays.contains { $0.id == ks.id })
+        mutations &+= 1
+        // The counters are kept in locals and stored back whatever happens (a failure poisons
+        // the transaction or, on a map growth, the replay rereads them).
+        var lastSequence = ks.lastSequence
+        var liveCount = ks.liveCount
+        var deletedCount = ks.deletedCount
+        defer {
+            ks.lastSequence = lastSequence
+            ks.liveCount = liveCount
+            ks.deletedCount = deletedCount
+            ks.dirty = true
+        }
+        let id = ks.id.bigEndian
+        let keyBase = keyBuffer.base
+        let keyLimit = min(Layout.maxLMDBKeySize, keyBuffer.capacity) - 4
+        let deleted = RecordFlags.deleted.rawValue
+        func write(_ raw: UnsafeRawBufferPointer) throws(PeerSyncError) {
+            // Nil only when every key and value is empty.
+            let base = raw.baseAddress
+            for span in puts.spans {
+                guard lastSequence < UInt64.max else {
+                    throw PeerSyncError(.storage, "sequence numbers are exhausted", context: ["keyspace": keySet])
+                }
+                let sequence = lastSequence + 1
+                guard span.keyCount <= keyLimit else {   // checked by `putEntry`
+                    throw PeerSyncError(.tooLarge, "the entry key is too long", context: ["keySet": keySet])
+                }
+                keyBase.storeBytes(of: id, as: UInt32.self)
+                if span.keyCount > 0, let base {
+                    (keyBase + 4).copyMemory(from: base + span.keyStart, byteCount: span.keyCount)
+                }
+                let key = UnsafeRawBufferPointer(start: keyBase, count: 4 + span.keyCount)
+                let size = RecordHeader.size + span.valueCount
+                let dest: UnsafeMutableRawPointer
+                switch try cursor.reserveNew(key: key, size: size, context: Self.entryContext(keySet, key)) {
+                case .exists(let stored):
+                    // `stored` is the stored entry: read what we need before replacing it in place.
+                    let old = try RecordHeader.parse(stored)
+                    if watched { try noteMutation(ks.id, key, old: stored) }
+                    let data = try cursor.reserveCurrent(key: key, size: size, context: Self.entryContext(keySet, key))
+                    guard let address = data.baseAddress else { throw noTransaction() }
+                    dest = address
+                    if old.flags & deleted != 0 {
+                        deletedCount = deletedCount > 0 ? deletedCount - 1 : 0
+                    } else {
+                        liveCount = liveCount > 0 ? liveCount - 1 : 0
+                    }
+                case .reserved(let data):
+                    guard let address = data.baseAddress else { throw noTransaction() }
+                    dest = address
+                    if watched { try noteMutation(ks.id, key, old: nil) }
+                }
+                RecordHeader.write(sequence: sequence, flags: 0, versionCount: 0, extraCount: 0, to: dest)
+                if span.valueCount > 0, let base {
+                    (dest + RecordHeader.size).copyMemory(from: base + span.valueStart, byteCount: span.valueCount)
+                }
+                liveCount &+= 1
+                lastSequence = sequence
+            }
+        }
+        // `withUnsafeBytes` rethrows untyped errors: the loop's error is carried out by hand.
+        var failure: PeerSyncError?
+        puts.bytes.withUnsafeBytes { raw in
+            do throws(PeerSyncError) {
+                try write(raw)
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// The error context of a key-set entry whose full key (ID + entry key) is `key`.
+    private static func entryContext(_ keySet: String, _ key: UnsafeRawBufferPointer) -> [String: String] {
+        ["keyspace": keySet, "key": String(decoding: UnsafeRawBufferPointer(rebasing: key[4...]), as: UTF8.self)]
     }
 
     /// With `keySet`, `keyspace` names an ordered key set: no sequence index entries.

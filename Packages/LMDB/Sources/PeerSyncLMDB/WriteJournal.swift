@@ -14,7 +14,7 @@ enum JournalEntry {
     case purge(key: String, keyspace: String, existed: Bool)
     case drop(keyspace: String)
     /// A key set's held-back puts, written out in this (sorted) order (``PendingKeySetPuts``).
-    case putEntries([(key: String, value: [UInt8], order: Int)], keySet: String)
+    case putEntries(SortedKeySetPuts, keySet: String)
     case removeEntry(key: String, keySet: String, existed: Bool)
     case dropKeySet(keySet: String)
 }

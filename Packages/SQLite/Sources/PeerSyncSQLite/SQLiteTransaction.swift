@@ -712,49 +712,46 @@ extension SQLiteTransaction {
         let puts = pending.takeSorted()
         do {
             // Upserts (as for records): no REPLACE conflict handling, no statement journal. A
-            // key put twice comes twice, in the order of its puts: the last one wins.
+            // key put twice comes twice, in the order of its puts: the last one wins. Keys and
+            // values are bound without copying, straight from the run's bytes.
             let upsert = " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-            var start = 0
-            if puts.count >= Self.putsPerStatement {
-                let many = try statement(\.putMany, of: table) { name in
+            let many = puts.count >= Self.putsPerStatement
+                ? try statement(\.putMany, of: table) { name in
                     let rows = (0..<Self.putsPerStatement).map { "(?\(2 * $0 + 1), ?\(2 * $0 + 2))" }
                     return "INSERT INTO \(name) (key, value) VALUES " + rows.joined(separator: ", ") + upsert
                 }
-                var arena: [UInt8] = []
-                var spans: [(key: Range<Int>, value: Range<Int>)] = []
-                spans.reserveCapacity(Self.putsPerStatement)
-                while puts.count - start >= Self.putsPerStatement {
-                    // The group's keys and values in one buffer, bound without copying.
-                    arena.removeAll(keepingCapacity: true)
-                    spans.removeAll(keepingCapacity: true)
-                    for put in puts[start..<(start + Self.putsPerStatement)] {
-                        let keyStart = arena.count
-                        arena.append(contentsOf: put.key.utf8)
-                        let valueStart = arena.count
-                        arena.append(contentsOf: put.value)
-                        spans.append((keyStart..<valueStart, valueStart..<arena.count))
-                    }
-                    try arena.withUnsafeBufferPointer { buffer in
+                : nil
+            let single = puts.count % Self.putsPerStatement != 0
+                ? try statement(\.put, of: table) { "INSERT INTO \($0) (key, value) VALUES (?1, ?2)" + upsert }
+                : nil
+            try puts.bytes.withUnsafeBufferPointer { buffer in
+                // Nil only when every key and value is empty: bound as empty then.
+                let base = buffer.baseAddress
+                func key(_ span: KeySetPutSpan) -> UnsafeBufferPointer<UInt8> {
+                    UnsafeBufferPointer(start: base.map { $0 + span.keyStart }, count: span.keyCount)
+                }
+                func value(_ span: KeySetPutSpan) -> UnsafeRawBufferPointer {
+                    UnsafeRawBufferPointer(start: base.map { UnsafeRawPointer($0 + span.valueStart) }, count: span.valueCount)
+                }
+                var start = 0
+                if let many {
+                    while puts.count - start >= Self.putsPerStatement {
                         defer { many.reset() }
-                        for (i, span) in spans.enumerated() {
-                            try many.bindTextNoCopy(Int32(2 * i + 1), UnsafeBufferPointer(rebasing: buffer[span.key]))
-                            try many.bindBlobNoCopy(Int32(2 * i + 2), UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[span.value])))
+                        for i in 0..<Self.putsPerStatement {
+                            let span = puts.spans[start + i]
+                            try many.bindTextNoCopy(Int32(2 * i + 1), key(span))
+                            try many.bindBlobNoCopy(Int32(2 * i + 2), value(span))
                         }
                         _ = try many.step()
+                        start += Self.putsPerStatement
                     }
-                    start += Self.putsPerStatement
                 }
-            }
-            if start == puts.count { return }
-            let insert = try statement(\.put, of: table) { "INSERT INTO \($0) (key, value) VALUES (?1, ?2)" + upsert }
-            for put in puts[start...] {
-                var key = put.key
-                try key.withUTF8 { keyBytes in
-                    try put.value.withUnsafeBytes { valueBytes in
-                        defer { insert.reset() }
-                        try insert.bindTextNoCopy(1, keyBytes)
-                        try insert.bindBlobNoCopy(2, valueBytes)
-                        _ = try insert.step()
+                if let single {
+                    for span in puts.spans[start...] {
+                        defer { single.reset() }
+                        try single.bindTextNoCopy(1, key(span))
+                        try single.bindBlobNoCopy(2, value(span))
+                        _ = try single.step()
                     }
                 }
             }

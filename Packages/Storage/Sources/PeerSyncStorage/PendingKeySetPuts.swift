@@ -27,7 +27,9 @@ import Foundation
 // out once ``PendingKeySetPuts/maxPendingPuts`` puts are held back, and fails the commit when a
 // write-out failed (the puts not written are gone).
 
-/// The held-back puts of one key set (see the file comment), in the order they were made.
+/// The held-back puts of one key set (see the file comment), in the order they were made:
+/// their keys' UTF-8 and their values copied into one byte buffer as they come (no `String` or
+/// array kept per put, nothing to retain or release when they are sorted and written).
 /// Used by one transaction (one thread) only.
 package final class PendingKeySetPuts {
     /// Held-back puts (of all key sets of a transaction) beyond which a backend writes them
@@ -35,29 +37,109 @@ package final class PendingKeySetPuts {
     package static let maxPendingPuts = 65_536
 
     package let name: String
-    private var puts: [(key: String, value: [UInt8], order: Int)] = []
+    /// One stored property, changed by one mutating call per put: the exclusivity of a class's
+    /// stored property is checked at run time once per access, not once per field.
+    private var run = HeldRun()
 
     package init(name: String) {
         self.name = name
     }
 
-    package var isEmpty: Bool { puts.isEmpty }
+    package var isEmpty: Bool { run.spans.isEmpty }
 
+    /// Holds a put back: appends the key's UTF-8 bytes and the value's bytes.
     package func put(_ key: String, _ value: [UInt8]) {
-        puts.append((key, value, puts.count))
+        run.append(key, value)
     }
 
     /// Every held-back put in ascending UTF-8 byte order of the keys (two puts of one key in
     /// the order they were made, so the last one written wins); forgets them.
-    package func takeSorted() -> [(key: String, value: [UInt8], order: Int)] {
-        var sorted = puts
-        puts = []
-        sorted.sort { a, b in
-            let c = compareUTF8(a.key, b.key)
-            return c != 0 ? c < 0 : a.order < b.order
-        }
-        return sorted
+    package func takeSorted() -> SortedKeySetPuts {
+        let taken = run
+        run = HeldRun()
+        return taken.sorted()
     }
+}
+
+/// The puts of a ``PendingKeySetPuts``, in the order they were made.
+private struct HeldRun {
+    var bytes: [UInt8] = []
+    var spans: [KeySetPutSpan] = []
+    var keyByteCount = 0
+    var valueByteCount = 0
+
+    mutating func append(_ key: String, _ value: [UInt8]) {
+        let keyStart = bytes.count
+        let copied: Void? = key.utf8.withContiguousStorageIfAvailable { bytes.append(contentsOf: $0) }
+        if copied == nil { bytes.append(contentsOf: key.utf8) }   // not contiguous (bridged): byte by byte
+        let keyCount = bytes.count - keyStart
+        let prefix = bytes.withUnsafeBytes { KeySetPutSpan.prefix(of: UnsafeRawBufferPointer(rebasing: $0[keyStart...])) }
+        bytes.append(contentsOf: value)
+        spans.append(KeySetPutSpan(keyStart: keyStart, keyCount: keyCount, valueCount: value.count, prefix: prefix))
+        keyByteCount &+= keyCount
+        valueByteCount &+= value.count
+    }
+
+    /// Sorted by key bytes, then by the order of the puts.
+    consuming func sorted() -> SortedKeySetPuts {
+        bytes.withUnsafeBytes { raw in
+            // `raw.baseAddress` is nil only when every key is empty: then every prefix is equal
+            // and so is every key, and the order of the puts decides.
+            let base = raw.baseAddress
+            spans.sort { a, b in
+                if a.prefix != b.prefix { return a.prefix < b.prefix }
+                if let base {
+                    let common = min(a.keyCount, b.keyCount)
+                    if common > 8 {
+                        // The first 8 bytes are equal (the prefixes are).
+                        let c = memcmp(base + a.keyStart + 8, base + b.keyStart + 8, common - 8)
+                        if c != 0 { return c < 0 }
+                    }
+                }
+                if a.keyCount != b.keyCount { return a.keyCount < b.keyCount }
+                return a.keyStart < b.keyStart   // the same key: in the order of the puts
+            }
+        }
+        return SortedKeySetPuts(bytes: bytes, spans: spans, keyByteCount: keyByteCount, valueByteCount: valueByteCount)
+    }
+}
+
+/// Where one held-back put lies in its run's bytes: its key's UTF-8 at `keyStart`, its value
+/// right after it.
+package struct KeySetPutSpan {
+    package let keyStart: Int
+    package let keyCount: Int
+    package let valueCount: Int
+    /// The key's first 8 bytes as a big-endian integer, zero-padded: ordering two keys by it
+    /// orders them as their bytes do whenever the two differ, so a sort compares bytes only
+    /// past the first 8.
+    fileprivate let prefix: UInt64
+
+    package var valueStart: Int { keyStart + keyCount }
+
+    fileprivate static func prefix(of key: UnsafeRawBufferPointer) -> UInt64 {
+        if key.count >= 8 { return UInt64(bigEndian: key.loadUnaligned(as: UInt64.self)) }
+        var prefix: UInt64 = 0
+        for i in 0..<key.count { prefix |= UInt64(key[i]) << (56 - 8 * i) }
+        return prefix
+    }
+}
+
+/// One key set's held-back puts, sorted by key (``PendingKeySetPuts/takeSorted()``): the keys'
+/// UTF-8 and values in ``bytes``, each put's place in ``spans``, in the order to write them.
+/// Immutable, so a backend can keep it (LMDB journals it for a replay after a map growth).
+package struct SortedKeySetPuts {
+    /// Every put's key bytes followed by its value bytes, in the order the puts were made.
+    package let bytes: [UInt8]
+    /// The puts in ascending key order (a key put twice: in the order of its puts).
+    package let spans: [KeySetPutSpan]
+    /// The sum of the keys' UTF-8 lengths.
+    package let keyByteCount: Int
+    /// The sum of the values' lengths.
+    package let valueByteCount: Int
+
+    package var count: Int { spans.count }
+    package var isEmpty: Bool { spans.isEmpty }
 }
 
 /// The held-back key-set puts of one write transaction (see the file comment): one
