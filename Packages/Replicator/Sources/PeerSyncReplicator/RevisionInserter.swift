@@ -22,18 +22,32 @@ enum RevisionInsertOutcome: Sendable {
     case refused(PeerSyncError)
 }
 
-/// Inserts received revisions in shared storage transactions (group commit): a revision
-/// that arrives while a transaction is being committed waits for the next one, which takes
-/// every revision that arrived meanwhile (at most ``maxBatch``). `insert` returns only after
-/// the transaction holding the revision has committed, so a `rev` is never acknowledged
-/// before it is durable; if the transaction fails, every revision in it gets the error.
+/// Inserts received revisions in shared storage transactions (group commit): a transaction
+/// starts ``insertionDelay`` after the oldest revision waiting for one arrived (at once when
+/// ``maxBatch`` are waiting) and takes every revision waiting then (at most ``maxBatch``).
+/// `insert` returns only after the transaction holding the revision has committed, so a
+/// `rev` is never acknowledged before it is durable; if the transaction fails, every revision
+/// in it gets the error.
+///
+/// Why the delay (Couchbase Lite's inserter waits likewise, `kInsertionDelay`, 20 ms): a
+/// transaction costs far more than the revision it stores — the commit, the change poll
+/// after it, the wake-ups of the writer queue and of every pusher of the database. Without
+/// it a session that receives its `rev`s a few at a time (each link of a mesh, where a peer's
+/// revisions come over several links) committed about one revision per transaction: at 32
+/// peers 1.1 transactions per stored revision, against 0.1 point to point.
 ///
 /// Thread-safety: an actor; the batch runs on the database queue through `inBatch`.
 actor RevisionInserter {
     static let maxBatch = 500
+    /// How long a revision waits for others before its transaction starts: at most this much
+    /// is added to a revision's hop (and to the time until the `rev` is answered).
+    static let insertionDelay: Duration = .milliseconds(20)
     let database: Database
-    private var waiting: [(RevisionInsert, CheckedContinuation<RevisionInsertOutcome, any Error>)] = []
+    private var waiting: [(revision: RevisionInsert, arrived: ContinuousClock.Instant,
+                           continuation: CheckedContinuation<RevisionInsertOutcome, any Error>)] = []
     private var committing = false
+    /// The wait before the next transaction, cut short when ``maxBatch`` revisions wait.
+    private var delay: Task<Void, any Error>?
 
     init(database: Database) {
         self.database = database
@@ -43,26 +57,37 @@ actor RevisionInserter {
     /// failures (the whole transaction rolled back) throw.
     func insert(_ revision: RevisionInsert) async throws -> RevisionInsertOutcome {
         try await withCheckedThrowingContinuation { continuation in
-            waiting.append((revision, continuation))
+            waiting.append((revision, ContinuousClock.now, continuation))
             if !committing {
                 committing = true
                 Task { await self.commitWaiting() }
+            } else if waiting.count >= Self.maxBatch {
+                delay?.cancel()
             }
         }
     }
 
     private func commitWaiting() async {
-        while !waiting.isEmpty {
+        while let oldest = waiting.first?.arrived {
+            let wait = oldest + Self.insertionDelay - ContinuousClock.now
+            if wait > .zero && waiting.count < Self.maxBatch {
+                // A task of its own, so that cutting the wait short cancels the sleep only,
+                // never the transaction.
+                let sleep = Task { try await Task.sleep(for: wait) }
+                delay = sleep
+                _ = await sleep.result
+                delay = nil
+            }
             let batch = Array(waiting.prefix(Self.maxBatch))
             waiting.removeFirst(batch.count)
-            let revisions = batch.map(\.0)
+            let revisions = batch.map(\.revision)
             do {
                 let outcomes = try await database.inBatch { txn in
                     try revisions.map { try Self.apply($0, txn) }
                 }
-                for (i, item) in batch.enumerated() { item.1.resume(returning: outcomes[i]) }
+                for (i, item) in batch.enumerated() { item.continuation.resume(returning: outcomes[i]) }
             } catch {
-                for item in batch { item.1.resume(throwing: error) }
+                for item in batch { item.continuation.resume(throwing: error) }
             }
         }
         committing = false
