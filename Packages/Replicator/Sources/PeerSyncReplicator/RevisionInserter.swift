@@ -23,8 +23,9 @@ enum RevisionInsertOutcome: Sendable {
 }
 
 /// Inserts received revisions in shared storage transactions (group commit): a transaction
-/// starts ``insertionDelay`` after the oldest revision waiting for one arrived (at once when
-/// ``maxBatch`` are waiting) and takes every revision waiting then (at most ``maxBatch``).
+/// starts ``insertionDelay`` after the oldest revision waiting for one arrived (without the
+/// wait when ``maxBatch`` are already waiting) and takes every revision waiting then (at most
+/// ``maxBatch``).
 /// `insert` returns only after the transaction holding the revision has committed, so a
 /// `rev` is never acknowledged before it is durable; if the transaction fails, every revision
 /// in it gets the error.
@@ -46,8 +47,6 @@ actor RevisionInserter {
     private var waiting: [(revision: RevisionInsert, arrived: ContinuousClock.Instant,
                            continuation: CheckedContinuation<RevisionInsertOutcome, any Error>)] = []
     private var committing = false
-    /// The wait before the next transaction, cut short when ``maxBatch`` revisions wait.
-    private var delay: Task<Void, any Error>?
 
     init(database: Database) {
         self.database = database
@@ -61,8 +60,6 @@ actor RevisionInserter {
             if !committing {
                 committing = true
                 Task { await self.commitWaiting() }
-            } else if waiting.count >= Self.maxBatch {
-                delay?.cancel()
             }
         }
     }
@@ -70,14 +67,10 @@ actor RevisionInserter {
     private func commitWaiting() async {
         while let oldest = waiting.first?.arrived {
             let wait = oldest + Self.insertionDelay - ContinuousClock.now
-            if wait > .zero && waiting.count < Self.maxBatch {
-                // A task of its own, so that cutting the wait short cancels the sleep only,
-                // never the transaction.
-                let sleep = Task { try await Task.sleep(for: wait) }
-                delay = sleep
-                _ = await sleep.result
-                delay = nil
-            }
+            // Not cut short when the batch fills meanwhile: that would take a task per batch
+            // (its sleep cancelled, never the transaction), and the busiest session measured
+            // (point to point, ~2,500 revisions a second) gathers ~50 in a wait.
+            if wait > .zero && waiting.count < Self.maxBatch { try? await Task.sleep(for: wait) }
             let batch = Array(waiting.prefix(Self.maxBatch))
             waiting.removeFirst(batch.count)
             let revisions = batch.map(\.revision)
