@@ -52,7 +52,8 @@ extension Puller {
         var notStored = true
         defer { finishRev(sequence, failed: notStored) }
         let (docID, revID) = try Self.ids(of: request)
-        defer { releaseClaim(docID, revID) }
+        let claim = holdClaim(docID, revID)
+        defer { claim.release() }
         do { try Self.checkDocumentID(docID) } catch {
             notStored = false
             throw error
@@ -132,7 +133,8 @@ extension Puller {
     func handlePushedRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
         ReplicationCounters.add(ReplicationCounters.revsReceived)
         let (docID, revID) = try Self.ids(of: request)
-        defer { releaseClaim(docID, revID) }
+        let claim = holdClaim(docID, revID)
+        defer { claim.release() }
         try Self.checkDocumentID(docID)
         if readOnly { throw PeerSyncError.reply(.http(403, "Attempting to push to a pull-only replicator")) }
         var incoming = try await readRevision(request, docID: docID, revID: revID)

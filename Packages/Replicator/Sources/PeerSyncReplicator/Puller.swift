@@ -379,6 +379,17 @@ actor Puller {
             owner: ObjectIdentifier(context))
     }
 
+    /// A `rev` that arrived: its claim moves from the session to the handler until the
+    /// handler ends (``ReceivedClaim/release()``), so that the session's end — which releases
+    /// all its claims at once (``SessionContext/stop()``) — never releases a revision that is
+    /// still being stored: another link would find the database without it and fetch it a
+    /// second time (a revision waits up to ``RevisionInserter/insertionDelay`` for its
+    /// transaction; a link moved to another transport closes its old session meanwhile).
+    func holdClaim(_ docID: String, _ revID: RevisionID) -> ReceivedClaim {
+        ReceivedClaim(RevisionsInFlight.key(collection: collection.collection.fullName, docID: docID, revID: revID),
+                      in: context.database.revisionsInFlight)
+    }
+
     // MARK: - Reading change entries
 
     /// The entries of a `changes`/`proposeChanges` body (`BLIP`/400 unless a JSON array).
@@ -450,5 +461,23 @@ actor Puller {
         context.events.documents(DocumentReplication(isPush: false, documents: [
             ReplicatedDocument(id: docID, collection: collection.collection.fullName, flags: flags, error: error),
         ]))
+    }
+}
+
+/// The claim on one received revision, held by its handler (``Puller/holdClaim(_:_:)``): the
+/// object's identity is the claim's owner, so only ``release()`` ends it.
+final class ReceivedClaim: Sendable {
+    let key: String
+    let inFlight: RevisionsInFlight
+
+    init(_ key: String, in inFlight: RevisionsInFlight) {
+        self.key = key
+        self.inFlight = inFlight
+        inFlight.take(key, owner: ObjectIdentifier(self))
+    }
+
+    /// Releases the claim, waking whoever waits for it.
+    func release() {
+        inFlight.release(key, owner: ObjectIdentifier(self))
     }
 }
