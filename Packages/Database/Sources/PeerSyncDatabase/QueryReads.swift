@@ -94,10 +94,13 @@ extension DatabaseReadTransaction {
         return try queriedDocument(id, engine, engine.spec.documentsKeyspace, readingOnly: selection)
     }
 
-    /// ``queriedDocument(id:in:readingOnly:)`` for each of `ids` in turn, calling `body` with
-    /// those there are (not deleted) until it returns false: the collection is looked up once.
-    /// (An array, not any sequence: this module's generic code called from another module is
-    /// not specialized, and a lazy sequence's metadata was looked up for every document.)
+    /// ``queriedDocument(id:in:readingOnly:)`` for each of `ids`, calling `body` with those
+    /// there are (not deleted) until it returns false, in ascending UTF-8 byte order of their
+    /// IDs and each once, whatever the order of `ids` (the order a caller passing IDs read from
+    /// an index sorts them in): the collection is looked up once, the records are read with
+    /// `StorageReader.getManyWithoutExtra`. (An array, not any sequence: this module's generic
+    /// code called from another module is not specialized, and a lazy sequence's metadata was
+    /// looked up for every document.)
     @_spi(Indexing)
     public func forEachQueriedDocument(ids: [String], in collection: Collection,
                                        readingOnly selection: JSONValue.PropertySelection?,
@@ -106,13 +109,15 @@ extension DatabaseReadTransaction {
         let keyspace = engine.spec.documentsKeyspace
         let collectionName = engine.spec.fullName
         var scratch: [String: JSONValue] = [:]   // one dictionary's storage for every document (see `init`)
-        for id in ids {
-            guard let record = try engine.documentRecord(id, in: keyspace, reader, withoutExtra: true),
-                  !record.flags.contains(.deleted) else { continue }
+        var found = 0
+        try reader.getManyWithoutExtra(ids, in: keyspace) { record in
+            found += 1
+            if record.flags.contains(.deleted) { return true }
             let document = try QueriedDocument(record, engine, isDeleted: false, readingOnly: selection,
                                                collectionName: collectionName, reusing: &scratch)
-            if !(try body(document)) { return }
+            return try body(document)
         }
+        if found == 0 && !ids.isEmpty { try engine.requireCollection(reader) }   // `.notFound` unless it exists
     }
 
     /// Every document of `collection` as a query reads it (see

@@ -126,10 +126,11 @@ final class KeyspaceTable: NamedSQLiteTable {
     var countAll: SQLiteStatement?
     var countLive: SQLiteStatement?
     /// Enumeration statements: 12 key-range shapes (see `rangeShape`) + 1 by-sequence, then
-    /// the 12 key-range shapes again without the `extra` column.
-    var enumerations = [SQLiteStatement?](repeating: nil, count: 25)
+    /// the 12 key-range shapes again without the `extra` column, then the lookup of many keys.
+    var enumerations = [SQLiteStatement?](repeating: nil, count: 26)
     static let sinceSlot = 12
     static let withoutExtraSlots = 13
+    static let getManySlot = 25
 
     init(id: Int64, name: String, lastSequence: UInt64, serial: UInt64) {
         self.id = id
@@ -428,6 +429,56 @@ final class SQLiteTransaction: StorageWriter {
     func enumerate(in keyspace: String, range: KeyRange, descending: Bool,
                    _ body: (Record) throws -> Bool) throws {
         try enumerate(in: keyspace, range: range, descending: descending, extra: true, body)
+    }
+
+    /// Keys looked up by one run of the statement of ``getManyWithoutExtra(_:in:_:)``.
+    static let keysPerLookup = 64
+
+    /// ``StorageReader/getManyWithoutExtra(_:in:_:)`` in runs of ``keysPerLookup`` keys, each
+    /// run one statement (`key IN (…) ORDER BY key`, the order of the key index): a lookup of
+    /// one key each cost opening the table and its key index anew, as much again as finding
+    /// the row (profiled on a query fetching 100 documents through an index).
+    func getManyWithoutExtra(_ keys: [String], in keyspace: String, _ body: (Record) throws -> Bool) throws {
+        try checkValid()
+        guard let table = try table(keyspace, create: false) else { return }
+        let sorted = sortedUniqueKeys(keys)
+        if sorted.count < 2 {
+            if let key = sorted.first, let record = try getWithoutExtra(key, in: keyspace) { _ = try body(record) }
+            return
+        }
+        try enumerate(table, slot: KeyspaceTable.getManySlot, sql: { name in
+            let parameters = (1...Self.keysPerLookup).map { "?\($0)" }.joined(separator: ", ")
+            return "SELECT \(SQLiteSchema.recordColumnsWithoutExtra) FROM \(name) WHERE key IN (\(parameters)) ORDER BY key"
+        }) { rows in
+            // One run's keys in one buffer, bound without copying; parameters left unbound
+            // (the last run) are NULL, which no key equals.
+            var arena: [UInt8] = []
+            var ends: [Int] = []
+            var start = 0
+            while start < sorted.count {
+                let end = min(start + Self.keysPerLookup, sorted.count)
+                arena.removeAll(keepingCapacity: true)
+                ends.removeAll(keepingCapacity: true)
+                for key in sorted[start..<end] {
+                    arena.append(contentsOf: key.utf8)
+                    ends.append(arena.count)
+                }
+                let stopped = try arena.withUnsafeBufferPointer { buffer in
+                    defer { rows.reset() }
+                    var from = 0
+                    for (i, to) in ends.enumerated() {
+                        try rows.bindTextNoCopy(Int32(i + 1), UnsafeBufferPointer(rebasing: buffer[from..<to]))
+                        from = to
+                    }
+                    while try rows.step() {
+                        guard try body(record(rows, extra: false)) else { return true }
+                    }
+                    return false
+                }
+                if stopped { return }
+                start = end
+            }
+        }
     }
 
     func enumerateWithoutExtra(in keyspace: String, range: KeyRange, descending: Bool,

@@ -17,6 +17,10 @@ enum WithoutExtraCases {
             try w.put(Record(key: "d", version: "1-d".bytes, body: "{\"d\":true}".bytes, extra: binary), in: "ks")
             _ = try w.delete("c", in: "ks")   // a tombstone keeps its extra
             try w.put(Record(key: "a", extra: "other keyspace".bytes), in: "other")
+            for i in 0..<150 {
+                let key = "k\(i % 2 == 0 ? "\u{E9}" : "e\u{301}")\(i / 2)"
+                try w.put(Record(key: key, version: "1-m".bytes, body: key.bytes, extra: "tree".bytes), in: "many")
+            }
         }
         let keys = ["a", "b", "c", "d"]
         func check(_ r: any StorageReader, _ when: String) throws {
@@ -27,6 +31,52 @@ enum WithoutExtraCases {
                 try t.checkEqual(actual, expected, "getWithoutExtra(\(key)) \(when)")
             }
             try t.checkEqual(try r.getWithoutExtra("a", in: "missing keyspace"), nil, "a missing keyspace \(when)")
+            // Many keys at once: the records there are, in key byte order, each once.
+            var many: [Record] = []
+            try r.getManyWithoutExtra(["d", "missing", "b", "a", "c", "b", "bb", ""], in: "ks") { record in
+                many.append(record)
+                return true
+            }
+            var expectedMany: [Record] = []
+            for key in ["", "a", "b", "bb", "c", "d"] {
+                if let record = try r.getWithoutExtra(key, in: "ks") { expectedMany.append(record) }
+            }
+            try t.checkEqual(many, expectedMany, "getManyWithoutExtra \(when)")
+            var stoppedAfter = 0
+            try r.getManyWithoutExtra(["a", "b", "d"], in: "ks") { _ in
+                stoppedAfter += 1
+                return false
+            }
+            try t.checkEqual(stoppedAfter, 1, "getManyWithoutExtra stops when its body returns false \(when)")
+            var inMissing = 0
+            try r.getManyWithoutExtra(["a", "b"], in: "missing keyspace") { _ in
+                inMissing += 1
+                return true
+            }
+            try t.checkEqual(inMissing, 0, "getManyWithoutExtra in a missing keyspace \(when)")
+            // More keys than one lookup takes (SQLite: 64 per statement), distinct only by
+            // their bytes ("\u{E9}" and "e\u{301}" are canonically equal), a body reading
+            // while the lookup runs.
+            let manyKeys = (0..<150).map { "k\($0 % 2 == 0 ? "\u{E9}" : "e\u{301}")\($0 / 2)" }
+            var gotKeys: [String] = []
+            try r.getManyWithoutExtra(manyKeys.reversed(), in: "many") { record in
+                gotKeys.append(record.key)
+                var nested = 0
+                try r.getManyWithoutExtra([record.key, manyKeys[1]], in: "many") { _ in
+                    nested += 1
+                    return true
+                }
+                try t.checkEqual(nested, Array(record.key.utf8) == Array(manyKeys[1].utf8) ? 1 : 2, "a lookup inside a lookup \(when)")
+                return true
+            }
+            var expectedKeys: [String] = []
+            try r.enumerate(in: "many") { record in
+                expectedKeys.append(record.key)
+                return true
+            }
+            try t.checkEqual(gotKeys.count, 150, "getManyWithoutExtra of 150 keys \(when)")
+            try t.checkEqual(gotKeys.map { Array($0.utf8) }, expectedKeys.map { Array($0.utf8) },
+                             "getManyWithoutExtra of 150 keys, in key byte order \(when)")
             let ranges: [KeyRange] = [.all, KeyRange(from: "b"), KeyRange(from: "a0", to: "c", includesUpperBound: true),
                                       KeyRange(to: "b"), .prefix("d"), KeyRange(from: "x")]
             for range in ranges {
