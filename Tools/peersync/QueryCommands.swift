@@ -48,8 +48,11 @@ enum QueryCommands {
             if parsed.value("collection") != nil { throw UsageError("--collection goes with 'index' (a query names its collection in FROM)") }
         case "index":
             if parsed.flag("explain") || !parameters.isEmpty { throw UsageError("--explain and --param go with 'query'") }
-            guard let sub = operands.first, indexSubcommands.contains(sub) else {
+            guard let sub = operands.first else {
                 throw UsageError("'index' needs a subcommand: create NAME EXPR..., list or drop NAME")
+            }
+            guard indexSubcommands.contains(sub) else {
+                throw UsageError("unknown 'index' subcommand '\(sub)': create NAME EXPR..., list or drop NAME")
             }
             switch sub {
             case "create": if operands.count < 3 { throw UsageError("'index create' takes a name and at least one expression") }
