@@ -411,6 +411,8 @@ final class MeshRun: Sendable {
         let designated = outgoing == (MeshTopology.dialler(me, peerID) == me)
         var losers: [Link] = []
         var refused = false
+        /// The new link moves an existing one to another transport.
+        var moved = false
         let started: Link? = state.withLock { s in
             if outgoing { s.dialing.remove(peerID) }
             if s.stopped { refused = true; return nil }
@@ -421,6 +423,7 @@ final class MeshRun: Sendable {
                 var old = existing
                 old.closing = true
                 losers.append(old)
+                moved = existing.transport != transport
                 s.links[peerID] = nil
             } else if !outgoing, s.links.count >= config.maximumDegree {
                 refused = true
@@ -451,8 +454,13 @@ final class MeshRun: Sendable {
         }
         let run = self
         let (closing, refuse) = (losers, refused)
+        // A link this side dialled to move to a preferred transport: the old link stays open
+        // until the new one got going, i.e. the peer adopted it too — closed at once, the
+        // peer (still accepting the new link: handshake, discovery) was without a link.
+        let overlap = moved && outgoing ? started?.id : nil
         if !closing.isEmpty || refuse {
             spawn {
+                if let overlap { await run.waitUntilGoing(link: overlap, peerID: peerID) }
                 for loser in closing { await run.close(loser) }
                 if refuse { await connection.close(code: .policyViolation, reason: "a link to this peer exists, or too many links") }
             }
@@ -517,6 +525,21 @@ final class MeshRun: Sendable {
                                              ($0.collection, $0.replicationConfiguration(for: peerID))
                                          },
                                          options: options)
+    }
+
+    /// Returns once outgoing link `id` to `peerID` got going — its session opened on the
+    /// peer's side (progress to report, or caught up) — or ended, or after the handshake
+    /// timeout, or when the calling task is cancelled (the run stops).
+    private func waitUntilGoing(link id: UInt64, peerID: PeerID) async {
+        let deadline = clock.now + handshakeTimeout
+        while clock.now < deadline, !Task.isCancelled {
+            let going = state.withLock { s -> Bool in
+                guard let link = s.links[peerID], link.id == id else { return true }
+                return link.status.progress.total > 0 || link.status.activity == .idle || link.status.activity == .stopped
+            }
+            if going { return }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
     }
 
     /// Closes a link on purpose (no failure is counted).

@@ -4,6 +4,7 @@ import PeerSyncCore
 import PeerSyncDiscovery
 import PeerSyncMesh
 import PeerSyncMeshBluetooth
+import PeerSyncTransport
 import Testing
 
 /// Wi-Fi ⇄ Bluetooth switching (module README, "Transports"): peers with both transports —
@@ -59,6 +60,31 @@ import Testing
             for i in 2...6 { try await a.save("a-\(i)", ["n": .int(Int64(i))]) }
             try await peers.expectEveryDocumentOnceEverywhere(count: 7, within: .seconds(60), "after moving to Wi-Fi")
             #expect(peers.received(by: b, over: .wifi) > 0, "nothing arrived over Wi-Fi")
+        }
+    }
+
+    /// The side that dials the Wi-Fi link keeps the Bluetooth link until the new one got
+    /// going, so a peer slow to take the new link in (here: each accepted Wi-Fi link reaches
+    /// the mesh 1 s late, as under load) is never without a link. Both directions are watched:
+    /// whichever side dials, the other one is the slow acceptor.
+    @Test func aPeerSlowToAcceptTheWifiLinkKeepsItsBluetoothLinkMeanwhile() async throws {
+        try await withSwitchingPeers(["a", "b"], wrapWifiLinks: { DelayedAccepts(wrapping: $0, delay: .seconds(1)) }) { peers in
+            let (a, b) = (peers.all[0], peers.all[1])
+            peers.wifi.partition([["a"], ["b"]])
+            try await peers.startAll()
+            #expect(try await eventually(.seconds(30)) { peers.linkTransport(a, b) == .bluetooth && peers.linkTransport(b, a) == .bluetooth },
+                    "no Bluetooth link")
+            try await a.save("a-1", ["n": 1])
+            try await peers.expectEveryDocumentOnceEverywhere(count: 1, within: .seconds(60), "over Bluetooth")
+
+            let (gapsAtA, gapsAtB) = (peers.watchForGaps(a, b), peers.watchForGaps(b, a))
+            peers.wifi.heal()
+            #expect(try await eventually(.seconds(30)) { peers.linkTransport(a, b) == .wifi && peers.linkTransport(b, a) == .wifi },
+                    "the link did not move to Wi-Fi")
+            let (atA, atB) = (await gapsAtA.stop(), await gapsAtB.stop())
+            #expect(atA == 0 && atB == 0, "without a link while moving to Wi-Fi: a \(atA), b \(atB) samples")
+            try await b.save("b-1", ["n": 1])
+            try await peers.expectEveryDocumentOnceEverywhere(count: 2, within: .seconds(60), "after moving to Wi-Fi")
         }
     }
 
@@ -171,7 +197,8 @@ final class SwitchingPeers: Sendable {
     /// Per receiving peer: how often each document was stored, and per transport how many.
     private let stored = LockedValue<[String: (documents: [String: Int], transports: [MultipeerTransport: Int])]>([:])
 
-    init(_ names: [String], wifi useWifi: Bool, tuning: MeshTuning) async throws {
+    init(_ names: [String], wifi useWifi: Bool, tuning: MeshTuning,
+         wrapWifiLinks: (@Sendable (any MeshLinkTransport) -> any MeshLinkTransport)? = nil) async throws {
         wifi = try InProcessMeshNetwork()
         var options = MultipeerBluetoothOptions()
         options.discovery.nameProbeDuration = .milliseconds(200)
@@ -180,7 +207,8 @@ final class SwitchingPeers: Sendable {
         bluetooth = try SimulatedBluetoothMeshNetwork(options: options)
         var peers: [MeshPeer] = []
         for name in names {
-            peers.append(try await MeshPeer(name, network: wifi, tuning: tuning, wifi: useWifi, bluetooth: bluetooth))
+            peers.append(try await MeshPeer(name, network: wifi, tuning: tuning, wrapLinks: wrapWifiLinks, wifi: useWifi,
+                                            bluetooth: bluetooth))
         }
         all = peers
         for peer in peers {
@@ -251,6 +279,40 @@ final class SwitchingPeers: Sendable {
     }
 }
 
+/// A link transport whose accepted links reach the mesh `delay` late (the handshake itself
+/// is not delayed: the dialling side has its link at once).
+final class DelayedAccepts: MeshLinkTransport {
+    let inner: any MeshLinkTransport
+    let delay: Duration
+
+    init(wrapping inner: any MeshLinkTransport, delay: Duration) {
+        self.inner = inner
+        self.delay = delay
+    }
+
+    var transport: MultipeerTransport { inner.transport }
+    func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress { try await inner.start(context) }
+    func incomingLinks() -> AsyncStream<any MessageConnection> {
+        let (stream, continuation) = AsyncStream.makeStream(of: (any MessageConnection).self)
+        let (inner, delay) = (self.inner, self.delay)
+        let task = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for await link in inner.incomingLinks() {
+                    group.addTask {
+                        try? await Task.sleep(for: delay)
+                        continuation.yield(link)
+                    }
+                }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+    func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection { try await inner.dial(peer) }
+    func stop() async { await inner.stop() }
+}
+
 /// A sampler started by ``SwitchingPeers/watchForGaps(_:_:)``.
 final class GapWatch: Sendable {
     private let task: Task<Int, Never>
@@ -276,8 +338,9 @@ final class GapWatch: Sendable {
 /// Runs `body` with peers `names` (Wi-Fi unless `wifi` is false, and Bluetooth), closing them
 /// afterwards (also on failure). The peers are not started.
 func withSwitchingPeers(_ names: [String], wifi: Bool = true, tuning: MeshTuning = MeshTuning(),
+                        wrapWifiLinks: (@Sendable (any MeshLinkTransport) -> any MeshLinkTransport)? = nil,
                         _ body: (SwitchingPeers) async throws -> Void) async throws {
-    let peers = try await SwitchingPeers(names, wifi: wifi, tuning: tuning)
+    let peers = try await SwitchingPeers(names, wifi: wifi, tuning: tuning, wrapWifiLinks: wrapWifiLinks)
     do { try await body(peers) } catch {
         await peers.close()
         throw error
