@@ -528,10 +528,12 @@ final class MeshRun: Sendable {
     }
 
     /// Returns once outgoing link `id` to `peerID` got going — its session opened on the
-    /// peer's side (progress to report, or caught up) — or ended, or after the handshake
-    /// timeout, or when the calling task is cancelled (the run stops).
+    /// peer's side (progress to report, or caught up) — or ended, or after four handshake
+    /// timeouts, or when the calling task is cancelled (the run stops). The peer has to accept
+    /// the link (a handshake's worth) and answer the session's first requests; on a loaded
+    /// device that can take seconds, and the wait only costs the old link's duplicate offers.
     private func waitUntilGoing(link id: UInt64, peerID: PeerID) async {
-        let deadline = clock.now + handshakeTimeout
+        let deadline = clock.now + handshakeTimeout * 4
         while clock.now < deadline, !Task.isCancelled {
             let going = state.withLock { s -> Bool in
                 guard let link = s.links[peerID], link.id == id else { return true }
