@@ -94,7 +94,7 @@ import Testing
         tuning.handshakeTimeout = .seconds(1)
         let dials = LockedValue(0)
         let delay = slow(.seconds(3))
-        let wrap: @Sendable (any MeshLinkTransport) -> any MeshLinkTransport = { DelayedDials(wrapping: $0, delay: delay, count: dials) }
+        let wrap: @Sendable (any MeshLinkTransport) -> any MeshLinkTransport = { DelayedLinks(wrapping: $0, dialDelay: delay, dials: dials) }
         let a = try await MeshPeer("ra", network: network, tuning: tuning, wrapLinks: wrap)
         let b = try await MeshPeer("rb", network: network, tuning: tuning, wrapLinks: wrap)
         try await a.replicator.start()
@@ -169,27 +169,4 @@ import Testing
         #expect(!peer.replicator.status.active)
         await peer.close()
     }
-}
-
-/// A link transport whose dials wait `delay` before connecting (and count themselves).
-final class DelayedDials: MeshLinkTransport {
-    let inner: any MeshLinkTransport
-    let delay: Duration
-    let count: LockedValue<Int>
-
-    init(wrapping inner: any MeshLinkTransport, delay: Duration, count: LockedValue<Int>) {
-        self.inner = inner
-        self.delay = delay
-        self.count = count
-    }
-
-    var transport: MultipeerTransport { inner.transport }
-    func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress { try await inner.start(context) }
-    func incomingLinks() -> AsyncStream<any MessageConnection> { inner.incomingLinks() }
-    func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection {
-        count.withLock { $0 += 1 }
-        try await Task.sleep(for: delay)
-        return try await inner.dial(peer)
-    }
-    func stop() async { await inner.stop() }
 }

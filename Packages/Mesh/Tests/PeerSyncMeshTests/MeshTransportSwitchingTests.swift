@@ -4,7 +4,6 @@ import PeerSyncCore
 import PeerSyncDiscovery
 import PeerSyncMesh
 import PeerSyncMeshBluetooth
-import PeerSyncTransport
 import Testing
 
 /// Wi-Fi ⇄ Bluetooth switching (module README, "Transports"): peers with both transports —
@@ -68,7 +67,7 @@ import Testing
     /// the mesh 1 s late, as under load) is never without a link. Both directions are watched:
     /// whichever side dials, the other one is the slow acceptor.
     @Test func aPeerSlowToAcceptTheWifiLinkKeepsItsBluetoothLinkMeanwhile() async throws {
-        try await withSwitchingPeers(["a", "b"], wrapWifiLinks: { DelayedAccepts(wrapping: $0, delay: .seconds(1)) }) { peers in
+        try await withSwitchingPeers(["a", "b"], wrapWifiLinks: { DelayedLinks(wrapping: $0, acceptDelay: .seconds(1)) }) { peers in
             let (a, b) = (peers.all[0], peers.all[1])
             peers.wifi.partition([["a"], ["b"]])
             try await peers.startAll()
@@ -277,40 +276,6 @@ final class SwitchingPeers: Sendable {
     func watchForGaps(_ peer: MeshPeer, _ other: MeshPeer) -> GapWatch {
         GapWatch { [self] in linkTransport(peer, other) != nil }
     }
-}
-
-/// A link transport whose accepted links reach the mesh `delay` late (the handshake itself
-/// is not delayed: the dialling side has its link at once).
-final class DelayedAccepts: MeshLinkTransport {
-    let inner: any MeshLinkTransport
-    let delay: Duration
-
-    init(wrapping inner: any MeshLinkTransport, delay: Duration) {
-        self.inner = inner
-        self.delay = delay
-    }
-
-    var transport: MultipeerTransport { inner.transport }
-    func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress { try await inner.start(context) }
-    func incomingLinks() -> AsyncStream<any MessageConnection> {
-        let (stream, continuation) = AsyncStream.makeStream(of: (any MessageConnection).self)
-        let (inner, delay) = (self.inner, self.delay)
-        let task = Task {
-            await withTaskGroup(of: Void.self) { group in
-                for await link in inner.incomingLinks() {
-                    group.addTask {
-                        try? await Task.sleep(for: delay)
-                        continuation.yield(link)
-                    }
-                }
-            }
-            continuation.finish()
-        }
-        continuation.onTermination = { _ in task.cancel() }
-        return stream
-    }
-    func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection { try await inner.dial(peer) }
-    func stop() async { await inner.stop() }
 }
 
 /// A sampler started by ``SwitchingPeers/watchForGaps(_:_:)``.

@@ -8,6 +8,7 @@ import PeerSyncMesh
 import PeerSyncMeshBluetooth
 import PeerSyncReplicator
 import PeerSyncStorage
+import PeerSyncTransport
 import Testing
 #if SQLite
 import PeerSyncSQLite
@@ -300,4 +301,50 @@ final class Recorder<Event: Sendable>: Sendable {
     private let events = LockedValue<[Event]>([])
     func append(_ event: Event) { events.withLock { $0.append(event) } }
     var all: [Event] { events.withLock { $0 } }
+}
+
+/// A link transport that slows another one down, as a loaded device would: each dial waits
+/// `dialDelay` before connecting (and counts itself in `dials`), each accepted link reaches
+/// the mesh `acceptDelay` late (the handshake itself is not delayed: the dialling side has its
+/// link at once).
+final class DelayedLinks: MeshLinkTransport {
+    let inner: any MeshLinkTransport
+    let dialDelay: Duration
+    let acceptDelay: Duration
+    let dials: LockedValue<Int>
+
+    init(wrapping inner: any MeshLinkTransport, dialDelay: Duration = .zero, acceptDelay: Duration = .zero,
+         dials: LockedValue<Int> = LockedValue(0)) {
+        self.inner = inner
+        self.dialDelay = dialDelay
+        self.acceptDelay = acceptDelay
+        self.dials = dials
+    }
+
+    var transport: MultipeerTransport { inner.transport }
+    func start(_ context: MeshLinkContext) async throws -> MeshListeningAddress { try await inner.start(context) }
+    func incomingLinks() -> AsyncStream<any MessageConnection> {
+        guard acceptDelay > .zero else { return inner.incomingLinks() }
+        let (stream, continuation) = AsyncStream.makeStream(of: (any MessageConnection).self)
+        let (inner, delay) = (self.inner, acceptDelay)
+        let task = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for await link in inner.incomingLinks() {
+                    group.addTask {
+                        try? await Task.sleep(for: delay)
+                        continuation.yield(link)
+                    }
+                }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+    func dial(_ peer: DiscoveredPeer) async throws -> any MessageConnection {
+        dials.withLock { $0 += 1 }
+        if dialDelay > .zero { try await Task.sleep(for: dialDelay) }
+        return try await inner.dial(peer)
+    }
+    func stop() async { await inner.stop() }
 }
