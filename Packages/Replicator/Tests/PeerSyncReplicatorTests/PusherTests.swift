@@ -86,6 +86,30 @@ import Testing
         }
     }
 
+    /// LiteCore's rule: a `rev` is BLIP-compressed only when its body has at least 500 bytes
+    /// (`Pusher.minBodySizeToCompress`); smaller bodies go as they are.
+    @Test func onlyRevisionBodiesOf500BytesOrMoreAreCompressed() async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            let large = String(repeating: "a compressible sentence, ", count: 40)
+            _ = try await save(local, "small", ["note": "short"])
+            _ = try await save(local, "large", ["note": .string(large)])
+            let proposals = Received(), revs = Received()
+            let scripted = try peer(peers[0].network, proposals: proposals, revs: revs) { _, _ in .int(0) }
+            let workers = try await ActiveWorkers.connect(to: scripted, collection: local, push: true, pull: false)
+            try await workers.pusher().push(since: 0, continuous: false, docIDs: nil) { _ in }
+
+            let flags = Dictionary(revs.all.map { ($0.properties["id"] ?? "", $0.flags.contains(.compressed)) },
+                                   uniquingKeysWith: { a, _ in a })
+            #expect(flags == ["small": false, "large": true])
+            let sizes = Dictionary(revs.all.map { ($0.properties["id"] ?? "", $0.body.count) }, uniquingKeysWith: { a, _ in a })
+            #expect((sizes["small"] ?? 0) < Pusher.minBodySizeToCompress)
+            #expect((sizes["large"] ?? 0) >= Pusher.minBodySizeToCompress)
+            await workers.session.stop()
+            await scripted.close()
+        }
+    }
+
     /// A 409 naming a revision this side's current one descends from (its knowledge of the
     /// peer was missing) is proposed again with that revision as the parent, and sent with a
     /// history ending there.
