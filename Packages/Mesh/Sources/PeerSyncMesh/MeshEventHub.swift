@@ -17,7 +17,9 @@ final class MeshEventHub: Sendable {
 
     private let tables = LockedValue(Tables())
     /// Listener calls, in order, one at a time (a burst of events costs one thread wake-up).
-    private let queue = SerialDelivery(label: "peersync.mesh.listeners")
+    /// The run's link replicators call their listeners (the run's bookkeeping) on it too: the
+    /// events those emit are appended to the drain already running, without a wake-up.
+    let queue = SerialDelivery(label: "peersync.mesh.listeners")
 
     /// Registers `listener` in `table`; the token removes it.
     func add<Event: Sendable>(_ listener: @escaping @Sendable (Event) -> Void,

@@ -506,14 +506,14 @@ final class MeshRun: Sendable {
             configuration.addCollection(collection.collection, config: collection.replicationConfiguration(for: link.peerID))
         }
         let handOver = LockedValue<(any MessageConnection)?>(link.connection)
-        return try Replicator(config: configuration) { _ in
+        return try Replicator(config: configuration, connector: { _ in
             let connection = handOver.withLock { value -> (any MessageConnection)? in
                 defer { value = nil }
                 return value
             }
             guard let connection else { throw PeerSyncError(.closed, "the mesh link is gone") }
             return connection
-        }
+        }, listenerQueue: hub.queue)
     }
 
     private func makePassiveSession(_ link: Link) throws -> PassiveReplicationSession {

@@ -270,7 +270,8 @@ public final class Replicator: Sendable {
 
     private let state = LockedValue(State())
     /// Listener calls, in order, one at a time (a burst of events costs one thread wake-up).
-    private let queue = SerialDelivery(label: "peersync.replicator.listeners")
+    /// The replicator's own, or one it shares with others (``init(config:connector:listenerQueue:)``).
+    private let queue: SerialDelivery
 
     /// A replicator that opens its connections with `connector` (a custom transport's, or a
     /// test's; `Replicator(config:)` uses the WebSocket connector). It does not start: call
@@ -282,7 +283,17 @@ public final class Replicator: Sendable {
     /// Throws `.invalidArgument` for a configuration without collections, collections of more
     /// than one database, a negative heartbeat, `maxAttempts` or wait time, or a non-positive
     /// `replyTimeout`.
-    public init(config: ReplicatorConfiguration, connector: @escaping ReplicatorConnector) throws {
+    public convenience init(config: ReplicatorConfiguration, connector: @escaping ReplicatorConnector) throws {
+        try self.init(config: config, connector: connector,
+                      listenerQueue: SerialDelivery(label: "peersync.replicator.listeners"))
+    }
+
+    /// A replicator whose listeners are called on `listenerQueue`, which other replicators
+    /// (and their owner's own events) may share: the mesh runs every link's replicator on its
+    /// event queue, so a burst of events from many links costs one thread wake-up, not one per
+    /// link. Listeners on a shared queue delay each other: keep them quick.
+    package init(config: ReplicatorConfiguration, connector: @escaping ReplicatorConnector,
+                 listenerQueue: SerialDelivery) throws {
         guard !config.collectionConfigurations.isEmpty else {
             throw PeerSyncError(.invalidArgument, "the replicator configuration has no collections")
         }
@@ -301,6 +312,7 @@ public final class Replicator: Sendable {
         if effective.maxAttemptWaitTime == .zero { effective.maxAttemptWaitTime = ReplicatorConfiguration.defaultMaxAttemptWaitTime }
         self.config = effective
         self.connector = connector
+        self.queue = listenerQueue
     }
 
     /// The current status (a snapshot; ``addChangeListener(_:)`` and ``changes()`` report

@@ -23,6 +23,39 @@ import Testing
         }
     }
 
+    /// Replicators made on a shared listener queue (as the mesh makes its links' replicators,
+    /// on its event queue) call their listeners there: while a job holds that queue none of
+    /// them runs, and once it is free every replicator's changes arrive.
+    @Test
+    func replicatorsOnASharedListenerQueueCallTheirListenersThere() async throws {
+        try await withPeers(1) { p in
+            var cfg = ReplicatorConfiguration(target: p[0].endpoint)
+            cfg.addCollections([try p[0].defaultCollection])
+            let queue = SerialDelivery(label: "test.shared-listeners")
+            let replicators = try (0..<2).map { _ in
+                try Replicator(config: cfg, connector: { _ in
+                    throw PeerSyncError(.unauthorized, "no", context: ["status": "401"])
+                }, listenerQueue: queue)
+            }
+            let stopped = Mutex<[Int]>([])
+            for (index, replicator) in replicators.enumerated() {
+                replicator.addChangeListener { change in
+                    if change.status.activity == .stopped { stopped.withLock { $0.append(index) } }
+                }
+            }
+            let hold = DispatchSemaphore(value: 0)
+            queue.async { hold.wait() }
+            for replicator in replicators { replicator.start() }
+            #expect(try await eventually { replicators.allSatisfy { $0.status.activity == .stopped } })
+            // Each replicator's own queue would have called its listener by now.
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(stopped.withLock { $0 }.isEmpty)
+            hold.signal()
+            for replicator in replicators { await replicator.waitUntilStopped() }
+            #expect(stopped.withLock { $0.sorted() } == [0, 1])
+        }
+    }
+
     /// `Database.close()` stops a running continuous replicator and waits for it: when close
     /// returns the replicator is `.stopped` without an error, and it never connects again.
     @Test
