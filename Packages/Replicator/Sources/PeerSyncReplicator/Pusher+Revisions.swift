@@ -32,10 +32,11 @@ extension Pusher {
     /// in-process mesh used ~1.3× the CPU per stored revision (Mesh README).
     static let minBodySizeToCompress = 500
 
-    /// The flags of a `rev` whose body is `body`: compressed only from
-    /// ``minBodySizeToCompress`` bytes on.
-    static func revFlags(_ body: [UInt8]) -> BLIPFlags {
-        body.count >= minBodySizeToCompress ? [.compressed] : []
+    /// A `rev` request with `properties` and `body`, compressed only from
+    /// ``minBodySizeToCompress`` bytes of body on.
+    static func revRequest(_ properties: BLIPProperties, _ body: [UInt8]) -> BLIPMessage {
+        .request("rev", properties: properties, body: body,
+                 flags: body.count >= minBodySizeToCompress ? [.compressed] : [])
     }
 
     /// What ``sendRev(docID:revID:sequence:known:offer:noConflicts:prefetched:)`` needs of a
@@ -161,12 +162,12 @@ extension Pusher {
                                                   bodySize: full.count, known: known, legacyAttachments: legacy) {
             var deltaProps = props
             deltaProps["deltaSrc"] = base.description
-            reply = try await sendRevRequest(.request("rev", properties: deltaProps, body: delta, flags: Self.revFlags(delta)))
+            reply = try await sendRevRequest(Self.revRequest(deltaProps, delta))
             if reply.blipError?.isHTTP(422) == true {
-                reply = try await sendRevRequest(.request("rev", properties: props, body: full, flags: Self.revFlags(full)))
+                reply = try await sendRevRequest(Self.revRequest(props, full))
             }
         } else {
-            reply = try await sendRevRequest(.request("rev", properties: props, body: full, flags: Self.revFlags(full)))
+            reply = try await sendRevRequest(Self.revRequest(props, full))
         }
         guard let refusal = reply.blipError else { return nil }
         if refusal.isHTTP(507) {
