@@ -29,7 +29,7 @@ extension Pusher {
     /// LiteCore's threshold for compressing a `rev`: a body (full or delta) of fewer bytes goes
     /// uncompressed. Deflating a small body saves few bytes and costs a pass of the
     /// connection's deflate stream on both ends: with documents of ~130 bytes, a 64-peer
-    /// in-process mesh used ~1.3× the CPU per stored revision (Mesh README).
+    /// in-process mesh used ~1.3× the CPU per stored revision (`Packages/Mesh/BENCHMARKS.md`).
     static let minBodySizeToCompress = 500
 
     /// A `rev` request with `properties` and `body`, compressed only from
