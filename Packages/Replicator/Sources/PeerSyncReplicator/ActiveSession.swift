@@ -56,6 +56,9 @@ final class ActiveSession: Sendable {
             await blip.setHandler(profile: "norev", owner: self) { s, request in
                 try await s.worker(s.pullers, request).handleNoRev(request)
             }
+            await blip.setHandler(profile: RevisionBatch.profile, concurrent: true, owner: self) { s, request in
+                try await s.pullerForRev(request).handleRevs(request, pushed: false)
+            }
         }
         if pushers.contains(where: { $0 != nil }) {
             await blip.setStreamingHandler(profile: "getAttachment", concurrent: true, owner: self) { s, request in

@@ -51,6 +51,9 @@ final class PassiveSession: Sendable {
         await blip.setHandler(profile: "rev", concurrent: true, owner: self) { s, r in
             try await s.workers(for: r).puller.handlePushedRev(r)
         }
+        await blip.setHandler(profile: RevisionBatch.profile, concurrent: true, owner: self) { s, r in
+            try await s.workers(for: r).puller.handleRevs(r, pushed: true)
+        }
         await blip.setHandler(profile: "norev", owner: self) { s, r in
             // The pusher will not send that revision; nothing here waits for it.
             _ = try s.context.collection(of: r)

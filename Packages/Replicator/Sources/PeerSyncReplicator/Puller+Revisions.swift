@@ -18,6 +18,38 @@ extension Puller {
         var flags: DocumentFlags { deleted ? .deleted : [] }
     }
 
+    /// One revision as it arrived: a `rev` request, or one entry of a `revs` batch
+    /// (`Puller+Batches.swift`) — the same properties (`id`, `rev`, `sequence`, `history`,
+    /// `deleted`, `deltaSrc`) and a body, handled the same way.
+    struct ReceivedRevision: Sendable {
+        enum Body: Sendable {
+            /// A `rev` request's body, parsed when the revision is read.
+            case encoded([UInt8])
+            /// A `revs` entry's body, parsed with its batch.
+            case parsed(JSONValue)
+        }
+        var properties: BLIPProperties
+        var body: Body
+
+        init(_ request: BLIPRequest) {
+            properties = request.properties
+            body = .encoded(request.body)
+        }
+
+        init(properties: BLIPProperties, body: JSONValue) {
+            self.properties = properties
+            self.body = .parsed(body)
+        }
+
+        /// The body as JSON (a protocol error for a `rev` body that does not parse).
+        func parsedBody() throws -> JSONValue {
+            switch body {
+            case .encoded(let bytes): try JSONValue.parse(bytes, "rev")
+            case .parsed(let value): value
+            }
+        }
+    }
+
     // MARK: - Pulled (active)
 
     /// A pulled `rev`. A revision that is not stored for any reason but a delta to resend in
@@ -26,9 +58,24 @@ extension Puller {
     /// document event has the error, its change is never checkpointed and the session fails
     /// (``SessionContext/fail(_:)``); a damaged revision is `.corrupt`.
     func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        let finish = PulledRevisionEnd()
+        defer { finishRev(finish) }
+        let document = try await receivePulled(ReceivedRevision(request), end: finish)
+        context.events.progress(1, 0)
+        if let document { context.events.documents(DocumentReplication(isPush: false, documents: [document])) }
+        return nil
+    }
+
+    /// A pulled revision (a `rev`, or an entry of a `revs` batch); see ``handleRev(_:)``.
+    /// When it returns the caller reports it — one revision of progress, and the returned
+    /// document event (nil for a revision deliberately not stored: filtered, revoked) — so
+    /// that a batch's revisions are reported in one event; then, returned or thrown, the
+    /// caller applies `end` (``finishRev(_:)``), so that the checkpoint and the pull's idle
+    /// state never overtake the revision's events. Errors are reported here.
+    func receivePulled(_ request: ReceivedRevision, end: PulledRevisionEnd) async throws -> ReplicatedDocument? {
         ReplicationCounters.add(ReplicationCounters.revsReceived)
         do {
-            return try await receivePulledRev(request)
+            return try await receivePulledRev(request, end: end)
         } catch let error as PeerSyncError where context.failure == nil && error.blipError?.isHTTP(422) != true {
             let docID = request.properties["id"] ?? "-"
             do { try DocumentID.validate(docID) } catch let idError {
@@ -44,13 +91,13 @@ extension Puller {
         }
     }
 
-    private func receivePulledRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+    private func receivePulledRev(_ request: ReceivedRevision, end: PulledRevisionEnd) async throws -> ReplicatedDocument? {
         let sequence = request.properties["sequence"]
         // True until the revision is stored (or deliberately not: filter, revocation, a delta
         // to be resent in full, an ID no database can hold); the defer then never lets the
         // checkpoint pass it.
         var notStored = true
-        defer { finishRev(sequence, failed: notStored) }
+        defer { end.record(sequence, failed: notStored) }
         let (docID, revID) = try Self.ids(of: request)
         let claim = holdClaim(docID, revID)
         defer { claim.release() }
@@ -67,7 +114,6 @@ extension Puller {
         if Self.isRemovedBody(incoming.body) {
             context.setPeerRevision(index, docID, nil)
             await applyRevocation(docID: docID)
-            context.events.progress(1, 0)
             notStored = false
             return nil
         }
@@ -76,7 +122,6 @@ extension Puller {
         if let filter = collection.config.pullFilter,
            !filter(c.makeDocument(id: docID, revisionID: revID, properties: incoming.body, isDeleted: incoming.deleted),
                    incoming.flags) {
-            context.events.progress(1, 0)
             notStored = false
             return nil
         }
@@ -104,11 +149,7 @@ extension Puller {
             }
         }
         withExtendedLifetime(pins) {}
-        context.events.progress(1, 0)
-        context.events.documents(DocumentReplication(isPush: false, documents: [
-            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: docError),
-        ]))
-        return nil
+        return ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: docError)
     }
 
     /// A pulled revision that could not be stored (the transaction failed: disk full, I/O
@@ -131,6 +172,16 @@ extension Puller {
     /// otherwise; `HTTP`/403 when read-only). A storage failure is logged and answered
     /// `HTTP`/507 (disk full) or 500, so the pusher never checkpoints past it.
     func handlePushedRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
+        if let document = try await receivePushed(ReceivedRevision(request)) {
+            context.events.documents(DocumentReplication(isPush: false, documents: [document]))
+        }
+        return nil
+    }
+
+    /// A pushed revision (a `rev`, or an entry of a `revs` batch); see ``handlePushedRev(_:)``.
+    /// Returns its document event for the caller to report (nil: deliberately not stored,
+    /// filtered); errors are reported here.
+    func receivePushed(_ request: ReceivedRevision) async throws -> ReplicatedDocument? {
         ReplicationCounters.add(ReplicationCounters.revsReceived)
         let (docID, revID) = try Self.ids(of: request)
         let claim = holdClaim(docID, revID)
@@ -162,16 +213,13 @@ extension Puller {
         if try Self.inserted(outcome).0.inserted { ReplicationCounters.add(ReplicationCounters.revsInserted) }
         withExtendedLifetime(pins) {}
         context.setPeerRevision(index, docID, revID)
-        context.events.documents(DocumentReplication(isPush: false, documents: [
-            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: nil),
-        ]))
-        return nil
+        return ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: nil)
     }
 
     // MARK: - Reading a rev
 
     /// The `id` and `rev` properties (`HTTP`/400 when missing or invalid).
-    private static func ids(of request: BLIPRequest) throws -> (String, RevisionID) {
+    private static func ids(of request: ReceivedRevision) throws -> (String, RevisionID) {
         guard let docID = request.properties["id"], let revText = request.properties["rev"],
               let revID = try? RevisionID(revText) else {
             throw PeerSyncError.reply(.http(400, "invalid document or revision ID"))
@@ -191,7 +239,7 @@ extension Puller {
     /// notes §8). Throws `HTTP`/400 for a malformed history or a body that is not a JSON
     /// object, `HTTP`/422 for an unknown delta base or a delta that does not apply (the peer
     /// then resends the revision in full), a protocol error for malformed JSON.
-    private func readRevision(_ request: BLIPRequest, docID: String, revID: RevisionID) async throws -> IncomingRevision {
+    private func readRevision(_ request: ReceivedRevision, docID: String, revID: RevisionID) async throws -> IncomingRevision {
         let props = request.properties
         var history: [RevisionID] = []
         if let text = props["history"], !text.isEmpty {
@@ -202,7 +250,7 @@ extension Puller {
                 history.append(r)
             }
         }
-        let parsed = try JSONValue.parse(request.body, "rev")
+        let parsed = try request.parsedBody()
         var newBody: JSONValue = parsed
         if let src = props["deltaSrc"] {
             let c = collection.collection
@@ -256,6 +304,26 @@ extension Puller {
     /// The answer to a `rev` that could not be stored: `HTTP`/507 for disk full, 500 otherwise.
     private static func storageReply(_ e: PeerSyncError) -> PeerSyncError {
         e.code == .diskFull ? PeerSyncError.reply(.http(507, e.message)) : PeerSyncError.reply(.http(500, e.message))
+    }
+}
+
+/// How the handling of one pulled revision ended — its `sequence`, and whether it failed (the
+/// checkpoint must never pass it) — recorded by the handling and applied by its caller
+/// (``Puller/finishRev(_:)``) once the revision is reported.
+final class PulledRevisionEnd: Sendable {
+    private let state = LockedValue<(sequence: String?, failed: Bool)?>(nil)
+
+    func record(_ sequence: String?, failed: Bool) {
+        state.withLock { $0 = (sequence, failed) }
+    }
+
+    var recorded: (sequence: String?, failed: Bool)? { state.withLock { $0 } }
+}
+
+extension Puller {
+    /// Applies how a pulled revision's handling ended (nothing when it never started).
+    func finishRev(_ end: PulledRevisionEnd) {
+        if let (sequence, failed) = end.recorded { finishRev(sequence, failed: failed) }
     }
 }
 

@@ -453,6 +453,9 @@ actor Puller {
         while answers.last == .int(0) { answers.removeLast() }
         var props: BLIPProperties = [("maxHistory", String(SessionContext.maxHistory)), ("blobs", "true")]
         if acceptsDeltas { props["deltas"] = "true" }
+        // PeerSync's `revs` (several revisions per message), which every PeerSync session
+        // handles; Couchbase Lite ignores the property and keeps sending `rev`s.
+        props[RevisionBatch.capabilityProperty] = String(RevisionBatch.maxRevisions)
         return BLIPMessage(type: .response, properties: props, body: JSONValue.array(answers).json)
     }
 

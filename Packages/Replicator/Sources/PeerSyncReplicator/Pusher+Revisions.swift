@@ -11,11 +11,15 @@ struct RevisionOffer: Sendable {
     var deltas: Bool
     /// The peer lacks `blobs: true`: bodies with blobs go in legacy `_attachments` form.
     var legacyAttachments: Bool
+    /// The most revisions to send in one `revs` message (``RevisionBatch``); 1 — one `rev`
+    /// each — unless the peer offers `revs` (a PeerSync peer; Couchbase Lite never does).
+    var revisionsPerMessage: Int
 
     init(reply: BLIPMessage) {
         maxHistory = reply.properties.int("maxHistory") ?? SessionContext.maxHistory
         deltas = reply.properties.bool("deltas")
         legacyAttachments = !reply.properties.bool("blobs")
+        revisionsPerMessage = min(max(reply.properties.int(RevisionBatch.capabilityProperty) ?? 1, 1), RevisionBatch.maxRevisions)
     }
 }
 
@@ -126,17 +130,7 @@ extension Pusher {
             try await context.blip.sendNoReply(.request("norev", properties: props))
             return PeerSyncError(.notFound, "revision no longer available", context: ["docID": docID])
         }
-        var history: [RevisionID] = []
-        let knownSet = Set(known)
-        for ancestor in revs.history(of: revID) ?? [] {
-            if history.count >= offer.maxHistory {
-                if let last = known.first(where: { (revs.history(of: revID) ?? []).contains($0) }) { history[history.count - 1] = last }
-                break
-            }
-            history.append(ancestor)
-            if knownSet.contains(ancestor) { break }
-        }
-        if !history.isEmpty { props["history"] = history.map(\.description).joined(separator: ",") }
+        Self.addHistory(of: revID, in: revs, known: known, maxHistory: offer.maxHistory, to: &props)
         if info.isDeleted { props["deleted"] = "1" }
         if noConflicts { props["noconflicts"] = "1" }
         // The stored canonical JSON goes as it is (the same bytes `JSONValue.object(body).json`
@@ -170,6 +164,29 @@ extension Pusher {
             reply = try await sendRevRequest(Self.revRequest(props, full))
         }
         guard let refusal = reply.blipError else { return nil }
+        return try Self.refusalError(refusal, docID: docID)
+    }
+
+    /// The `history` property of a revision sent to a peer that has `known`: its ancestors
+    /// back to the first of `known`, at most `maxHistory` entries.
+    static func addHistory(of revID: RevisionID, in revs: DocumentRevisions, known: [RevisionID], maxHistory: Int,
+                           to props: inout BLIPProperties) {
+        var history: [RevisionID] = []
+        let knownSet = Set(known)
+        for ancestor in revs.history(of: revID) ?? [] {
+            if history.count >= maxHistory {
+                if let last = known.first(where: { (revs.history(of: revID) ?? []).contains($0) }) { history[history.count - 1] = last }
+                break
+            }
+            history.append(ancestor)
+            if knownSet.contains(ancestor) { break }
+        }
+        if !history.isEmpty { props["history"] = history.map(\.description).joined(separator: ",") }
+    }
+
+    /// The document error for a revision the peer refused with `refusal`; a disk-full refusal
+    /// (`HTTP`/507) throws instead.
+    static func refusalError(_ refusal: BLIPError, docID: String) throws -> PeerSyncError {
         if refusal.isHTTP(507) {
             // The peer could not store it (disk full): not a per-document refusal; the push
             // stops here and its checkpoint stays before this revision.

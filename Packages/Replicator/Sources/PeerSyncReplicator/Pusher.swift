@@ -307,13 +307,11 @@ actor Pusher {
                 }
             }
             let offer = RevisionOffer(reply: reply)
-            let outcomes = try await mapConcurrently(toSend, width: Self.revisionsInFlightPerBatch) { p in
-                let error = try await self.sendRev(docID: p.docID, revID: p.revID, sequence: String(p.sequence),
-                                                   known: p.serverRev.map { [$0] } ?? [], offer: offer,
-                                                   noConflicts: true, prefetched: prefetched[p.docID])
-                return (p, error)
-            }
-            for (p, error) in outcomes {
+            let errors = try await sendRevisions(toSend.map { p in
+                OutgoingRevision(docID: p.docID, revID: p.revID, sequence: String(p.sequence),
+                                 known: p.serverRev.map { [$0] } ?? [], noConflicts: true, prefetched: prefetched[p.docID])
+            }, offer: offer)
+            for (p, error) in zip(toSend, errors) {
                 if let error, error.code == .conflict, attempts < 4, let outcome = try await settleSupersedingRefusal(p) {
                     // Anything else than these two is reported below like any refusal.
                     if case .propose(let fix) = outcome { next.append(fix); continue }
@@ -453,12 +451,11 @@ actor Pusher {
             guard i < answers.count, let known = answers[i].arrayValue else { return nil }
             return (c, known.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } })
         }
-        let outcomes = try await mapConcurrently(wanted, width: Self.revisionsInFlightPerBatch) { c, knownRevs in
-            let error = try await self.sendRev(docID: c.docID, revID: c.revID, sequence: String(c.sequence),
-                                               known: knownRevs, offer: offer, noConflicts: false,
-                                               prefetched: prefetched[c.docID])
-            return (c, error)
-        }
+        let errors = try await sendRevisions(wanted.map { c, knownRevs in
+            OutgoingRevision(docID: c.docID, revID: c.revID, sequence: String(c.sequence), known: knownRevs,
+                             noConflicts: false, prefetched: prefetched[c.docID])
+        }, offer: offer)
+        let outcomes = zip(wanted.map(\.0), errors)
         var docs: [ReplicatedDocument] = []
         for (c, error) in outcomes {
             if let error {

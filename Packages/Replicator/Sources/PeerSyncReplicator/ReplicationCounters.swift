@@ -20,9 +20,12 @@ public enum ReplicationCounters {
         /// Entries this side first wanted but another link was fetching (a claim wait), and
         /// of those the ones the wait made unnecessary.
         public var entriesDeferred = 0, entriesSavedByClaims = 0
-        /// `rev` requests sent (full or delta) and their body bytes (uncompressed).
+        /// Revisions sent (each in a `rev`, full or delta, or in a `revs` batch) and their
+        /// body bytes (uncompressed).
         public var revsSent = 0, revBytesSent = 0
-        /// `rev` requests received, and of those the ones that stored a new revision.
+        /// `revs` requests sent (several revisions each, between PeerSync peers).
+        public var revsMessagesSent = 0
+        /// Revisions received (in `rev`s or `revs` batches), and of those the ones that stored a new revision.
         public var revsReceived = 0, revsInserted = 0
         /// `norev`s sent.
         public var noRevsSent = 0
@@ -46,7 +49,7 @@ public enum ReplicationCounters {
             ("propose_msgs", \.proposeMessages), ("propose_entries", \.proposeEntries),
             ("entries_requested", \.entriesRequested), ("entries_deferred", \.entriesDeferred),
             ("entries_saved_by_claims", \.entriesSavedByClaims),
-            ("revs_sent", \.revsSent), ("rev_bytes_sent", \.revBytesSent),
+            ("revs_sent", \.revsSent), ("rev_bytes_sent", \.revBytesSent), ("revs_msgs", \.revsMessagesSent),
             ("revs_received", \.revsReceived), ("revs_inserted", \.revsInserted), ("norevs_sent", \.noRevsSent),
         ]
     }
@@ -55,7 +58,7 @@ public enum ReplicationCounters {
     static let proposeMessages = Atomic<Int>(0), proposeEntries = Atomic<Int>(0)
     static let entriesRequested = Atomic<Int>(0)
     static let entriesDeferred = Atomic<Int>(0), entriesSavedByClaims = Atomic<Int>(0)
-    static let revsSent = Atomic<Int>(0), revBytesSent = Atomic<Int>(0)
+    static let revsSent = Atomic<Int>(0), revBytesSent = Atomic<Int>(0), revsMessagesSent = Atomic<Int>(0)
     static let revsReceived = Atomic<Int>(0), revsInserted = Atomic<Int>(0)
     static let noRevsSent = Atomic<Int>(0)
 
@@ -76,6 +79,7 @@ public enum ReplicationCounters {
         s.entriesSavedByClaims = entriesSavedByClaims.load(ordering: .relaxed)
         s.revsSent = revsSent.load(ordering: .relaxed)
         s.revBytesSent = revBytesSent.load(ordering: .relaxed)
+        s.revsMessagesSent = revsMessagesSent.load(ordering: .relaxed)
         s.revsReceived = revsReceived.load(ordering: .relaxed)
         s.revsInserted = revsInserted.load(ordering: .relaxed)
         s.noRevsSent = noRevsSent.load(ordering: .relaxed)
