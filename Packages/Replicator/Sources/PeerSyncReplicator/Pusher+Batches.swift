@@ -28,16 +28,21 @@ extension Pusher {
     func sendRevisions(_ revisions: [OutgoingRevision], offer: RevisionOffer) async throws -> [PeerSyncError?] {
         var messages: [OutgoingMessage] = []
         if offer.revisionsPerMessage > 1 {
-            var indices: [Int] = [], entries: [[UInt8]] = [], bytes = 0
+            var indices: [Int] = [], entries: [[UInt8]] = [], bytes = 0, bodyBytes = 0
             func closeMessage() {
                 if indices.count == 1 { messages.append(.rev(indices[0])) }
-                if indices.count > 1 { messages.append(.revs(indices, RevisionBatch.body(entries))) }
+                if indices.count > 1 {
+                    // LiteCore's rule for a `rev`, on the bodies' average size.
+                    let compressed = bodyBytes >= Self.minBodySizeToCompress * indices.count
+                    messages.append(.revs(indices, RevisionBatch.body(entries), compressed: compressed))
+                }
                 indices = []
                 entries = []
                 bytes = 0
+                bodyBytes = 0
             }
             for (i, revision) in revisions.enumerated() {
-                guard let entry = batchEntry(revision, offer: offer) else {
+                guard let (entry, bodySize) = batchEntry(revision, offer: offer) else {
                     messages.append(.rev(i))
                     continue
                 }
@@ -45,6 +50,7 @@ extension Pusher {
                 indices.append(i)
                 entries.append(entry)
                 bytes += entry.count
+                bodyBytes += bodySize
             }
             closeMessage()
         } else {
@@ -56,8 +62,8 @@ extension Pusher {
                 let r = revisions[i]
                 return [(i, try await self.sendRev(docID: r.docID, revID: r.revID, sequence: r.sequence, known: r.known,
                                                    offer: offer, noConflicts: r.noConflicts, prefetched: r.prefetched))]
-            case .revs(let indices, let body):
-                let errors = try await self.sendRevs(body, docIDs: indices.map { revisions[$0].docID })
+            case .revs(let indices, let body, let compressed):
+                let errors = try await self.sendRevs(body, compressed: compressed, docIDs: indices.map { revisions[$0].docID })
                 return Array(zip(indices, errors))
             }
         }
@@ -67,18 +73,20 @@ extension Pusher {
     }
 
     /// One message of ``sendRevisions(_:offer:)``: a revision's `rev`, or a `revs` body holding
-    /// the revisions at `indices`.
+    /// the revisions at `indices`, compressed when their bodies average at least
+    /// ``minBodySizeToCompress`` bytes (LiteCore's rule for a `rev`, so that a revision is
+    /// compressed in a `revs` when it would be in a `rev`, and not otherwise).
     private enum OutgoingMessage: Sendable {
         case rev(Int)
-        case revs([Int], [UInt8])
+        case revs([Int], [UInt8], compressed: Bool)
     }
 
     /// The revision's entry in a `revs` message, or nil when it goes in a `rev` of its own: not
     /// prefetched as the current revision with its body, possibly referencing blobs, larger
     /// than ``RevisionBatch/maxEntryBytes``, or to be sent as a delta (the same test as
     /// ``sendRev(docID:revID:sequence:known:offer:noConflicts:prefetched:)``'s). Its
-    /// properties are the ones its `rev` would carry.
-    private func batchEntry(_ r: OutgoingRevision, offer: RevisionOffer) -> [UInt8]? {
+    /// properties are the ones its `rev` would carry. Also returns the body's size.
+    private func batchEntry(_ r: OutgoingRevision, offer: RevisionOffer) -> ([UInt8], Int)? {
         guard (try? DocumentID.validate(r.docID)) != nil, let prefetched = r.prefetched,
               prefetched.revisions.currentRevID == r.revID, let current = prefetched.currentBody, current.revID == r.revID,
               !current.mayReferenceBlobs, current.data.count <= RevisionBatch.maxEntryBytes,
@@ -92,16 +100,16 @@ extension Pusher {
         Self.addHistory(of: r.revID, in: revs, known: r.known, maxHistory: offer.maxHistory, to: &props)
         if info.isDeleted { props["deleted"] = "1" }
         if r.noConflicts { props["noconflicts"] = "1" }
-        return RevisionBatch.entry(props, body: current.data)
+        return (RevisionBatch.entry(props, body: current.data), current.data.count)
     }
 
     /// Sends one `revs` message with `body` (the entries of `docIDs`' revisions, in order) and
     /// returns each revision's error, as a `rev`'s reply would give it.
-    private func sendRevs(_ body: [UInt8], docIDs: [String]) async throws -> [PeerSyncError?] {
+    private func sendRevs(_ body: [UInt8], compressed: Bool, docIDs: [String]) async throws -> [PeerSyncError?] {
         ReplicationCounters.add(ReplicationCounters.revsSent, docIDs.count)
         ReplicationCounters.add(ReplicationCounters.revBytesSent, body.count)
         ReplicationCounters.add(ReplicationCounters.revsMessagesSent)
-        let flags: BLIPFlags = body.count >= Self.minBodySizeToCompress * docIDs.count ? [.compressed] : []
+        let flags: BLIPFlags = compressed ? [.compressed] : []
         let reply = try await context.send(.request(RevisionBatch.profile, properties: context.collectionProperty(index),
                                                     body: body, flags: flags), RevisionBatch.profile)
         let results = try RevisionBatch.results(of: reply, count: docIDs.count)

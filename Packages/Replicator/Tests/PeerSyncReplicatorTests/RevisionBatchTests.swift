@@ -212,6 +212,29 @@ import Testing
         }
     }
 
+    /// A `revs` message is compressed exactly when its revisions would be in `rev`s: when
+    /// their bodies average ``Pusher/minBodySizeToCompress`` bytes or more (the entries'
+    /// properties do not count).
+    @Test(arguments: [400, 600])
+    func aRevsMessageIsCompressedWhenItsBodiesWouldBe(bodySize: Int) async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            for i in 0..<5 {
+                // `{"t":"…"}`: 8 bytes around the text.
+                try await save(local, "doc-\(i)", ["t": .string(String(repeating: "s", count: bodySize - 8))])
+            }
+            let revs = Received(), batches = Received()
+            let scripted = try peer(peers[0].network, offer: 100, revs: revs, batches: batches)
+            let workers = try await ActiveWorkers.connect(to: scripted, collection: local, push: true, pull: false)
+            try await workers.pusher().push(since: 0, continuous: false, docIDs: nil) { _ in }
+            #expect(revs.all.isEmpty)
+            #expect(batches.all.count == 1)
+            #expect(batches.all.allSatisfy { $0.flags.contains(.compressed) == (bodySize >= Pusher.minBodySizeToCompress) })
+            await workers.session.stop()
+            await scripted.close()
+        }
+    }
+
     /// Two PeerSync peers replicate through `revs` both ways (push and pull), and every
     /// document arrives.
     @Test func twoPeerSyncPeersUseRevsBothWays() async throws {
