@@ -58,24 +58,17 @@ extension Puller {
     /// document event has the error, its change is never checkpointed and the session fails
     /// (``SessionContext/fail(_:)``); a damaged revision is `.corrupt`.
     func handleRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
-        let finish = PulledRevisionEnd()
-        defer { finishRev(finish) }
-        let document = try await receivePulled(ReceivedRevision(request), end: finish)
-        context.events.progress(1, 0)
-        if let document { context.events.documents(DocumentReplication(isPush: false, documents: [document])) }
-        return nil
+        try await receivePulled(ReceivedRevision(request))
     }
 
-    /// A pulled revision (a `rev`, or an entry of a `revs` batch); see ``handleRev(_:)``.
-    /// When it returns the caller reports it — one revision of progress, and the returned
-    /// document event (nil for a revision deliberately not stored: filtered, revoked) — so
-    /// that a batch's revisions are reported in one event; then, returned or thrown, the
-    /// caller applies `end` (``finishRev(_:)``), so that the checkpoint and the pull's idle
-    /// state never overtake the revision's events. Errors are reported here.
-    func receivePulled(_ request: ReceivedRevision, end: PulledRevisionEnd) async throws -> ReplicatedDocument? {
+    /// A pulled revision (a `rev`, or an entry of a `revs` batch); see ``handleRev(_:)``. It is
+    /// reported (progress, document event) as soon as it is handled, each on its own: the
+    /// events of a `revs` batch reported together at its end were lost once when a mesh link
+    /// was cut mid-batch (`MeshTransportSwitchingTests`), so each is reported as a `rev` is.
+    func receivePulled(_ request: ReceivedRevision) async throws -> BLIPMessage? {
         ReplicationCounters.add(ReplicationCounters.revsReceived)
         do {
-            return try await receivePulledRev(request, end: end)
+            return try await receivePulledRev(request)
         } catch let error as PeerSyncError where context.failure == nil && error.blipError?.isHTTP(422) != true {
             let docID = request.properties["id"] ?? "-"
             do { try DocumentID.validate(docID) } catch let idError {
@@ -91,13 +84,13 @@ extension Puller {
         }
     }
 
-    private func receivePulledRev(_ request: ReceivedRevision, end: PulledRevisionEnd) async throws -> ReplicatedDocument? {
+    private func receivePulledRev(_ request: ReceivedRevision) async throws -> BLIPMessage? {
         let sequence = request.properties["sequence"]
         // True until the revision is stored (or deliberately not: filter, revocation, a delta
         // to be resent in full, an ID no database can hold); the defer then never lets the
         // checkpoint pass it.
         var notStored = true
-        defer { end.record(sequence, failed: notStored) }
+        defer { finishRev(sequence, failed: notStored) }
         let (docID, revID) = try Self.ids(of: request)
         let claim = holdClaim(docID, revID)
         defer { claim.release() }
@@ -114,6 +107,7 @@ extension Puller {
         if Self.isRemovedBody(incoming.body) {
             context.setPeerRevision(index, docID, nil)
             await applyRevocation(docID: docID)
+            context.events.progress(1, 0)
             notStored = false
             return nil
         }
@@ -122,6 +116,7 @@ extension Puller {
         if let filter = collection.config.pullFilter,
            !filter(c.makeDocument(id: docID, revisionID: revID, properties: incoming.body, isDeleted: incoming.deleted),
                    incoming.flags) {
+            context.events.progress(1, 0)
             notStored = false
             return nil
         }
@@ -149,7 +144,11 @@ extension Puller {
             }
         }
         withExtendedLifetime(pins) {}
-        return ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: docError)
+        context.events.progress(1, 0)
+        context.events.documents(DocumentReplication(isPush: false, documents: [
+            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: docError),
+        ]))
+        return nil
     }
 
     /// A pulled revision that could not be stored (the transaction failed: disk full, I/O
@@ -172,16 +171,11 @@ extension Puller {
     /// otherwise; `HTTP`/403 when read-only). A storage failure is logged and answered
     /// `HTTP`/507 (disk full) or 500, so the pusher never checkpoints past it.
     func handlePushedRev(_ request: BLIPRequest) async throws -> BLIPMessage? {
-        if let document = try await receivePushed(ReceivedRevision(request)) {
-            context.events.documents(DocumentReplication(isPush: false, documents: [document]))
-        }
-        return nil
+        try await receivePushed(ReceivedRevision(request))
     }
 
     /// A pushed revision (a `rev`, or an entry of a `revs` batch); see ``handlePushedRev(_:)``.
-    /// Returns its document event for the caller to report (nil: deliberately not stored,
-    /// filtered); errors are reported here.
-    func receivePushed(_ request: ReceivedRevision) async throws -> ReplicatedDocument? {
+    func receivePushed(_ request: ReceivedRevision) async throws -> BLIPMessage? {
         ReplicationCounters.add(ReplicationCounters.revsReceived)
         let (docID, revID) = try Self.ids(of: request)
         let claim = holdClaim(docID, revID)
@@ -213,7 +207,10 @@ extension Puller {
         if try Self.inserted(outcome).0.inserted { ReplicationCounters.add(ReplicationCounters.revsInserted) }
         withExtendedLifetime(pins) {}
         context.setPeerRevision(index, docID, revID)
-        return ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: nil)
+        context.events.documents(DocumentReplication(isPush: false, documents: [
+            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: nil),
+        ]))
+        return nil
     }
 
     // MARK: - Reading a rev
@@ -304,26 +301,6 @@ extension Puller {
     /// The answer to a `rev` that could not be stored: `HTTP`/507 for disk full, 500 otherwise.
     private static func storageReply(_ e: PeerSyncError) -> PeerSyncError {
         e.code == .diskFull ? PeerSyncError.reply(.http(507, e.message)) : PeerSyncError.reply(.http(500, e.message))
-    }
-}
-
-/// How the handling of one pulled revision ended — its `sequence`, and whether it failed (the
-/// checkpoint must never pass it) — recorded by the handling and applied by its caller
-/// (``Puller/finishRev(_:)``) once the revision is reported.
-final class PulledRevisionEnd: Sendable {
-    private let state = LockedValue<(sequence: String?, failed: Bool)?>(nil)
-
-    func record(_ sequence: String?, failed: Bool) {
-        state.withLock { $0 = (sequence, failed) }
-    }
-
-    var recorded: (sequence: String?, failed: Bool)? { state.withLock { $0 } }
-}
-
-extension Puller {
-    /// Applies how a pulled revision's handling ended (nothing when it never started).
-    func finishRev(_ end: PulledRevisionEnd) {
-        if let (sequence, failed) = end.recorded { finishRev(sequence, failed: failed) }
     }
 }
 
