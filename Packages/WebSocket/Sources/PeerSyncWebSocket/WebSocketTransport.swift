@@ -174,7 +174,9 @@ public struct WebSocketTransport: Transport {
             } else {
                 response = try parser.finish()
                 if response == nil {
-                    throw PeerSyncError(.webSocketHandshakeFailed, "the server closed the connection during the handshake")
+                    // A TLS listener closes a plain client's connection this way: say so.
+                    let hint = secure ? "" : " (a wss:// server does that to a ws:// client: if it serves TLS, use wss://)"
+                    throw PeerSyncError(.webSocketHandshakeFailed, "the server closed the connection during the handshake" + hint)
                 }
             }
         }

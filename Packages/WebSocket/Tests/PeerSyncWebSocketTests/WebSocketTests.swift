@@ -32,6 +32,17 @@ struct WebSocketTests {
         #expect(try await connection.receive() == nil)
     }
 
+    @Test("a ws:// client of a wss:// server fails its handshake with a hint to use wss://")
+    func plainClientOfATLSServer() async throws {
+        let server = try await startEchoServer(tls: true)
+        defer { Task { await server.stop() } }
+        let error = await #expect(throws: PeerSyncError.self) {
+            _ = try await WebSocketTransport().connectWebSocket(to: try endpoint(server, tls: false))
+        }
+        #expect(error?.code == .webSocketHandshakeFailed)
+        #expect(error?.message.contains("use wss://") == true, "\(error?.message ?? "-")")
+    }
+
     @Test("IPv6 loopback and a dual-stack listener")
     func ipv6() async throws {
         let server = try await startEchoServer(configure: { $0.host = "::1" })
