@@ -83,17 +83,16 @@ extension Pusher {
 
     /// The revision's entry in a `revs` message, or nil when it goes in a `rev` of its own: not
     /// prefetched as the current revision with its body, possibly referencing blobs, larger
-    /// than ``RevisionBatch/maxEntryBytes``, or to be sent as a delta (the same test as
-    /// ``sendRev(docID:revID:sequence:known:offer:noConflicts:prefetched:)``'s). Its
-    /// properties are the ones its `rev` would carry. Also returns the body's size.
+    /// than ``RevisionBatch/maxEntryBytes``, or to be sent as a delta
+    /// (``mayGoAsDelta(isDeleted:bodySize:known:in:offer:)``). Its properties are the ones its
+    /// `rev` would carry. Also returns the body's size.
     private func batchEntry(_ r: OutgoingRevision, offer: RevisionOffer) -> ([UInt8], Int)? {
         guard (try? DocumentID.validate(r.docID)) != nil, let prefetched = r.prefetched,
               prefetched.revisions.currentRevID == r.revID, let current = prefetched.currentBody, current.revID == r.revID,
               !current.mayReferenceBlobs, current.data.count <= RevisionBatch.maxEntryBytes,
               let info = prefetched.revisions.revision(r.revID) else { return nil }
         let revs = prefetched.revisions
-        if offer.deltas, sendsDeltas, !info.isDeleted, current.data.count >= Self.minDeltaBodySize,
-           r.known.contains(where: { revs.revision($0).map { !$0.isDeleted && $0.hasBody } ?? false }) {
+        if mayGoAsDelta(isDeleted: info.isDeleted, bodySize: current.data.count, known: r.known, in: revs, offer: offer) {
             return nil
         }
         var props: BLIPProperties = [("id", r.docID), ("rev", r.revID.description), ("sequence", r.sequence)]

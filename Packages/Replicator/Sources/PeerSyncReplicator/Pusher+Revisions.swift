@@ -150,8 +150,7 @@ extension Pusher {
             parsed = body
         }
         var reply: BLIPMessage
-        if offer.deltas, sendsDeltas, !info.isDeleted, full.count >= Self.minDeltaBodySize,
-           known.contains(where: { revs.revision($0).map { !$0.isDeleted && $0.hasBody } ?? false }),
+        if mayGoAsDelta(isDeleted: info.isDeleted, bodySize: full.count, known: known, in: revs, offer: offer),
            let (base, delta) = try await deltaBody(docID: docID, revs: revs, body: parsed ?? stored.properties(),
                                                   bodySize: full.count, known: known, legacyAttachments: legacy) {
             var deltaProps = props
@@ -165,6 +164,15 @@ extension Pusher {
         }
         guard let refusal = reply.blipError else { return nil }
         return try Self.refusalError(refusal, docID: docID)
+    }
+
+    /// Whether a revision may be sent as a delta: the peer accepts deltas (and this side sends
+    /// them), it is live, its body has at least ``minDeltaBodySize`` bytes, and one of `known`
+    /// is a live revision whose body is stored here (a possible base).
+    func mayGoAsDelta(isDeleted: Bool, bodySize: Int, known: [RevisionID], in revs: DocumentRevisions,
+                      offer: RevisionOffer) -> Bool {
+        offer.deltas && sendsDeltas && !isDeleted && bodySize >= Self.minDeltaBodySize
+            && known.contains(where: { revs.revision($0).map { !$0.isDeleted && $0.hasBody } ?? false })
     }
 
     /// The `history` property of a revision sent to a peer that has `known`: its ancestors
