@@ -11,6 +11,11 @@ import PeerSyncCore
 /// (the first link failed) → it asks for it itself. A claim is never a promise, only a hint:
 /// nothing is ever skipped because of one without the database being read afterwards.
 ///
+/// A batch is claimed whole or not at all (``claimAllOrNone(_:owner:)``), so a session never
+/// waits while holding claims of the batch it waits with, and two sessions never wait for
+/// each other. A session must not claim after it ended (its end released its claims; nothing
+/// would release later ones, and every other link offered them would wait its quiet limit).
+///
 /// Threading: every method from any task or thread; waiting suspends, never blocks.
 @_spi(Replication)
 public final class RevisionsInFlight: Sendable {
@@ -38,6 +43,8 @@ public final class RevisionsInFlight: Sendable {
         /// When each waiter's timer fires unless a release moves it (the quiet limit, capped
         /// by the total limit).
         var quietUntil: [Int: ContinuousClock.Instant] = [:]
+        /// Each waiter's quiet limit and deadline (to restart the quiet limit on progress).
+        var limits: [Int: (quiet: Duration, deadline: ContinuousClock.Instant)] = [:]
     }
 
     private let state = LockedValue(State())
@@ -49,19 +56,17 @@ public final class RevisionsInFlight: Sendable {
         "\(collection)\u{0}\(docID)\u{0}\(revID)"
     }
 
-    /// Claims each of `keys` that nobody (else) has claimed; returns the keys claimed by
-    /// another owner (to wait for with ``waitForRelease(of:timeout:)``).
-    public func claim(_ keys: [String], owner: Owner) -> Set<String> {
+    /// Claims all of `keys` for `owner` if no other owner holds any of them; otherwise claims
+    /// none and returns those another owner holds. A caller that waits for those then holds
+    /// nothing of what it waits with, so no two claimants ever wait for each other (a session
+    /// holding some revisions of a batch while waiting for others of it, and another holding
+    /// those while waiting for the first's, each waited its whole quiet limit).
+    public func claimAllOrNone(_ keys: [String], owner: Owner) -> Set<String> {
         state.withLock { s in
-            var others = Set<String>()
-            for key in keys {
-                if let claim = s.claims[key] {
-                    if claim.owner != owner { others.insert(key) }
-                } else {
-                    s.claims[key] = Claim(owner: owner)
-                }
-            }
-            return others
+            let others = Set(keys.filter { key in s.claims[key].map { $0.owner != owner } ?? false })
+            guard others.isEmpty else { return others }
+            for key in keys where s.claims[key] == nil { s.claims[key] = Claim(owner: owner) }
+            return []
         }
     }
 
@@ -69,7 +74,14 @@ public final class RevisionsInFlight: Sendable {
     /// whoever waited for the old claim now waits for this one.
     public func take(_ key: String, owner: Owner) {
         state.withLock { s in
-            s.claims[key] = Claim(owner: owner, waiters: s.claims[key]?.waiters ?? [])
+            let waiters = s.claims[key]?.waiters ?? []
+            s.claims[key] = Claim(owner: owner, waiters: waiters)
+            // Progress for whoever waits: the revision arrived and is being stored (or another
+            // session fetches it now); their quiet limit starts again.
+            let now = ContinuousClock.now
+            for id in waiters {
+                if let limits = s.limits[id] { s.quietUntil[id] = min(now + limits.quiet, limits.deadline) }
+            }
         }
     }
 
@@ -96,8 +108,16 @@ public final class RevisionsInFlight: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
+    /// Whether another owner than `owner` still holds any of `keys`.
+    public func heldByOthers(_ keys: Set<String>, owner: Owner) -> Bool {
+        state.withLock { s in keys.contains { key in s.claims[key].map { $0.owner != owner } ?? false } }
+    }
+
     /// How many revisions are claimed (for tests).
     public var count: Int { state.withLock { $0.claims.count } }
+
+    /// How many waits are under way (for tests).
+    public var waiterCount: Int { state.withLock { $0.pending.count } }
 
     /// Suspends until every one of `keys` is released, or until none of them was released for
     /// `quietLimit` (their claimant stalled), or `totalLimit` passes; then returns anyway (the
@@ -116,6 +136,7 @@ public final class RevisionsInFlight: Sendable {
             defer { s.nextWaiter += 1 }
             s.pending.insert(s.nextWaiter)
             s.quietUntil[s.nextWaiter] = min(start + quietLimit, deadline)
+            s.limits[s.nextWaiter] = (quietLimit, deadline)
             return s.nextWaiter
         }
         let timer = Task { [weak self] in
@@ -143,6 +164,7 @@ public final class RevisionsInFlight: Sendable {
             s.pending.remove(id)
             s.expired.remove(id)
             s.quietUntil[id] = nil
+            s.limits[id] = nil
             s.waiting[id] = nil
             for key in keys { s.claims[key]?.waiters.remove(id) }
         }

@@ -173,4 +173,39 @@ import Testing
             await scripted.close()
         }
     }
+
+    /// A `changes` batch that waits for a revision another link of this database is fetching
+    /// holds none of its entries meanwhile; if its session stops during the wait, the batch
+    /// claims nothing it never releases. (Claims taken after a session's stop were never
+    /// released: in a 64-peer mesh every batch offering them over another link then waited
+    /// its 2 s quiet limit, and the last documents trickled in for 10–15 s.)
+    @Test func aBatchSettledAfterItsSessionStoppedLeavesNoClaims() async throws {
+        final class OtherLink: Sendable {}
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            let registry = peers[0].db.revisionsInFlight
+            let otherLink = OtherLink()
+            let fetchedElsewhere = RevisionsInFlight.key(collection: local.fullName, docID: "a", revID: try RevisionID(fakeRev(1, "a")))
+            #expect(registry.claimAllOrNone([fetchedElsewhere], owner: ObjectIdentifier(otherLink)).isEmpty)
+            let scripted = try ScriptedPeer(network: peers[0].network) { blip in
+                // Answered (if ever) after the session stopped: the reply cannot arrive.
+                _ = try? await Self.changes(blip, [[1, "a", .string(fakeRev(1, "a"))], [2, "b", .string(fakeRev(1, "b"))]])
+            }
+            let workers = try await ActiveWorkers.connect(to: scripted, collection: local, push: false, pull: true)
+            try await workers.puller().subscribe(since: nil, continuous: true, docIDs: nil, channels: nil)
+            #expect(try await eventually { registry.waiterCount == 1 }, "the batch never waited for the other link")
+            // Waiting, it holds neither "a" (the other link's) nor "b".
+            #expect(registry.count == 1)
+            await workers.session.stop()
+            // The other link's fetch fails: the batch, its session stopped, reads the database
+            // again and would ask for both.
+            registry.release(fetchedElsewhere, owner: ObjectIdentifier(otherLink))
+            #expect(try await eventually { registry.waiterCount == 0 }, "the batch still waits")
+            // (Time to read the database and claim, which follows the wait at once.)
+            try await Task.sleep(for: slow(.milliseconds(500)))
+            #expect(try await eventually { registry.count == 0 }, "\(registry.count) claims left behind by a stopped session")
+            await scripted.close()
+        }
+    }
 }
+
