@@ -11,10 +11,8 @@ import PeerSyncCore
 /// (the first link failed) → it asks for it itself. A claim is never a promise, only a hint:
 /// nothing is ever skipped because of one without the database being read afterwards.
 ///
-/// A batch is claimed whole or not at all (``claimAllOrNone(_:owner:)``), so a session never
-/// waits while holding claims of the batch it waits with, and two sessions never wait for
-/// each other. A session must not claim after it ended (its end released its claims; nothing
-/// would release later ones, and every other link offered them would wait its quiet limit).
+/// A session must not hold claims after it ended: its end releases them all, and nothing
+/// would release a later one (every other link offered it would wait its quiet limit).
 ///
 /// Threading: every method from any task or thread; waiting suspends, never blocks.
 @_spi(Replication)
@@ -56,17 +54,19 @@ public final class RevisionsInFlight: Sendable {
         "\(collection)\u{0}\(docID)\u{0}\(revID)"
     }
 
-    /// Claims all of `keys` for `owner` if no other owner holds any of them; otherwise claims
-    /// none and returns those another owner holds. A caller that waits for those then holds
-    /// nothing of what it waits with, so no two claimants ever wait for each other (a session
-    /// holding some revisions of a batch while waiting for others of it, and another holding
-    /// those while waiting for the first's, each waited its whole quiet limit).
-    public func claimAllOrNone(_ keys: [String], owner: Owner) -> Set<String> {
+    /// Claims each of `keys` that nobody (else) has claimed; returns the keys claimed by
+    /// another owner (to wait for with ``waitForRelease(of:quietLimit:totalLimit:)``).
+    public func claim(_ keys: [String], owner: Owner) -> Set<String> {
         state.withLock { s in
-            let others = Set(keys.filter { key in s.claims[key].map { $0.owner != owner } ?? false })
-            guard others.isEmpty else { return others }
-            for key in keys where s.claims[key] == nil { s.claims[key] = Claim(owner: owner) }
-            return []
+            var others = Set<String>()
+            for key in keys {
+                if let claim = s.claims[key] {
+                    if claim.owner != owner { others.insert(key) }
+                } else {
+                    s.claims[key] = Claim(owner: owner)
+                }
+            }
+            return others
         }
     }
 
@@ -106,11 +106,6 @@ public final class RevisionsInFlight: Sendable {
             return woken
         }
         for waiter in waiters { waiter.resume() }
-    }
-
-    /// Whether another owner than `owner` still holds any of `keys`.
-    public func heldByOthers(_ keys: Set<String>, owner: Owner) -> Bool {
-        state.withLock { s in keys.contains { key in s.claims[key].map { $0.owner != owner } ?? false } }
     }
 
     /// How many revisions are claimed (for tests).

@@ -351,49 +351,33 @@ actor Puller {
     /// The claim wait ends when none of the awaited revisions arrived for this long.
     var claimQuietLimit: Duration { min(context.replyTimeout / 4, .seconds(2)) }
 
-    /// Claims `wanted` in the database's ``RevisionsInFlight`` — all of them, or none while
-    /// another session (another link) is fetching some: those are waited for (holding none of
-    /// the batch, so that two sessions never wait for each other), until released or stalled
-    /// (``claimQuietLimit``) and at most ``claimWaitLimit``; then every entry is read again and
-    /// claimed again. Returns nothing when all were claimed at once; otherwise every entry with
-    /// its tree now (nil: the document is still unknown), for the caller to answer again —
-    /// those still missing are then claimed by this session, which asks for them.
+    /// Claims `wanted` in the database's ``RevisionsInFlight``. Those another session (another
+    /// link) is fetching are waited for (at most ``claimWaitLimit``), read again and returned
+    /// with their tree now (nil: the document is still unknown) for the caller to answer again;
+    /// those still missing are claimed by this session, which asks for them.
     private func settleClaims(_ wanted: [WantedRevision], docIDAt offset: Int) async throws -> [(WantedRevision, DocumentRevisions?)] {
         guard !wanted.isEmpty else { return [] }
         let inFlight = context.database.revisionsInFlight, owner = ObjectIdentifier(context)
+        // The session stopped meanwhile (a batch is answered while, or after, its connection
+        // closes): its stop released its claims, perhaps before these were taken, and nothing
+        // would release them later — every batch offering them over another link would wait
+        // its quiet limit for them (the 10–15 s tail of the 64-peer mesh benchmark).
+        defer { if context.isClosed { inFlight.releaseAll(owner: owner) } }
         let name = collection.collection.fullName
-        let deadline = ContinuousClock.now + claimWaitLimit
-        var missing = wanted.map { (RevisionsInFlight.key(collection: name, docID: $0.docID, revID: $0.revID), $0) }
-        var fresh: [String: DocumentRevisions] = [:]
-        var waited = false
-        while true {
-            let others = inFlight.claimAllOrNone(missing.map(\.0), owner: owner)
-            guard !others.isEmpty else { break }
-            let remaining = deadline - ContinuousClock.now
-            if remaining <= .zero {
-                for (key, _) in missing { inFlight.take(key, owner: owner) }
-                break
+        let keyed = wanted.map { (RevisionsInFlight.key(collection: name, docID: $0.docID, revID: $0.revID), $0) }
+        let others = inFlight.claim(keyed.map(\.0), owner: owner)
+        guard !others.isEmpty else { return [] }
+        await inFlight.waitForRelease(of: others, quietLimit: claimQuietLimit, totalLimit: claimWaitLimit)
+        let deferred = keyed.filter { others.contains($0.0) }
+        let trees = try await readTrees(deferred.map(\.1.entry), docIDAt: offset)
+        ReplicationCounters.add(ReplicationCounters.entriesDeferred, deferred.count)
+        return deferred.map { key, w in
+            let fresh = trees[w.docID]
+            if fresh?.revision(w.revID) == nil { inFlight.take(key, owner: owner) } else {
+                ReplicationCounters.add(ReplicationCounters.entriesSavedByClaims)
             }
-            ReplicationCounters.add(ReplicationCounters.entriesDeferred, others.count)
-            await inFlight.waitForRelease(of: others, quietLimit: claimQuietLimit, totalLimit: remaining)
-            waited = true
-            let trees = try await readTrees(missing.map(\.1.entry), docIDAt: offset)
-            for (_, w) in missing { fresh[w.docID] = trees[w.docID] }
-            let before = missing.count
-            missing.removeAll { _, w in trees[w.docID]?.revision(w.revID) != nil }
-            ReplicationCounters.add(ReplicationCounters.entriesSavedByClaims, before - missing.count)
-            // A claimant that stalled (no release for the quiet limit): this session fetches
-            // the revisions it holds as well as the rest.
-            if inFlight.heldByOthers(others, owner: owner) {
-                for (key, _) in missing { inFlight.take(key, owner: owner) }
-                break
-            }
+            return (w, fresh)
         }
-        // The session stopped meanwhile: its stop released its claims before these were
-        // taken, and nothing would release them (every batch offering them over another
-        // link waited for them until its quiet limit).
-        if context.isClosed { inFlight.releaseAll(owner: owner) }
-        return waited ? wanted.map { ($0, fresh[$0.docID]) } : []
     }
 
     /// Releases this session's claim on a revision once it has been handled (stored or not).

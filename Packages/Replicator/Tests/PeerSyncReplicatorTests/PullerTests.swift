@@ -174,9 +174,8 @@ import Testing
         }
     }
 
-    /// A `changes` batch that waits for a revision another link of this database is fetching
-    /// holds none of its entries meanwhile; if its session stops during the wait, the batch
-    /// claims nothing it never releases. (Claims taken after a session's stop were never
+    /// A `changes` batch that waits for a revision another link of this database is fetching,
+    /// and whose session stops during the wait, leaves no claim behind when the wait ends. (Claims taken after a session's stop were never
     /// released: in a 64-peer mesh every batch offering them over another link then waited
     /// its 2 s quiet limit, and the last documents trickled in for 10–15 s.)
     @Test func aBatchSettledAfterItsSessionStoppedLeavesNoClaims() async throws {
@@ -186,7 +185,7 @@ import Testing
             let registry = peers[0].db.revisionsInFlight
             let otherLink = OtherLink()
             let fetchedElsewhere = RevisionsInFlight.key(collection: local.fullName, docID: "a", revID: try RevisionID(fakeRev(1, "a")))
-            #expect(registry.claimAllOrNone([fetchedElsewhere], owner: ObjectIdentifier(otherLink)).isEmpty)
+            #expect(registry.claim([fetchedElsewhere], owner: ObjectIdentifier(otherLink)).isEmpty)
             let scripted = try ScriptedPeer(network: peers[0].network) { blip in
                 // Answered (if ever) after the session stopped: the reply cannot arrive.
                 _ = try? await Self.changes(blip, [[1, "a", .string(fakeRev(1, "a"))], [2, "b", .string(fakeRev(1, "b"))]])
@@ -194,11 +193,12 @@ import Testing
             let workers = try await ActiveWorkers.connect(to: scripted, collection: local, push: false, pull: true)
             try await workers.puller().subscribe(since: nil, continuous: true, docIDs: nil, channels: nil)
             #expect(try await eventually { registry.waiterCount == 1 }, "the batch never waited for the other link")
-            // Waiting, it holds neither "a" (the other link's) nor "b".
-            #expect(registry.count == 1)
+            // Waiting, it holds "b"; "a" is the other link's.
+            #expect(registry.count == 2)
             await workers.session.stop()
+            #expect(registry.count == 1, "the stop released the session's claims")
             // The other link's fetch fails: the batch, its session stopped, reads the database
-            // again and would ask for both.
+            // again and takes "a" over.
             registry.release(fetchedElsewhere, owner: ObjectIdentifier(otherLink))
             #expect(try await eventually { registry.waiterCount == 0 }, "the batch still waits")
             // (Time to read the database and claim, which follows the wait at once.)
