@@ -36,44 +36,4 @@ import Testing
         let final = log.withLock { $0 }
         for sender in 0..<senders { #expect(final[sender] == Array(0..<perSender)) }
     }
-
-    /// Items submitted one after another under one key reach their delivery together, in
-    /// order; a closure or another key between them starts a new batch, so nothing is
-    /// delivered out of the order of submission. Submitted while the queue is held busy, so
-    /// that everything is pending at once.
-    @Test func coalescesConsecutiveItemsOfOneKeyWithoutReordering() async throws {
-        final class Key: Sendable {}
-        let delivery = SerialDelivery(label: "test.coalescing")
-        // Both kept alive to the end: a freed object's identifier can be the next one's.
-        let keyA = Key(), keyB = Key()
-        defer { withExtendedLifetime((keyA, keyB)) {} }
-        let a = ObjectIdentifier(keyA), b = ObjectIdentifier(keyB)
-        let log = Mutex<[String]>([])
-        let release = DispatchSemaphore(value: 0)
-        let finished = Atomic<Bool>(false)
-        // Holds the queue's drain until everything below is submitted.
-        delivery.async { release.wait() }
-        func item(_ value: Int, _ key: ObjectIdentifier, _ name: String) {
-            delivery.async(coalescing: value, key: key) { values in
-                log.withLock { $0.append("\(name)\(values)") }
-            }
-        }
-        item(1, a, "a"); item(2, a, "a"); item(3, a, "a")
-        delivery.async { log.withLock { $0.append("closure") } }
-        item(4, a, "a"); item(5, b, "b"); item(6, b, "b"); item(7, a, "a")
-        delivery.async { finished.store(true, ordering: .sequentiallyConsistent) }
-        release.signal()
-        let clock = ContinuousClock(), start = clock.now
-        while !finished.load(ordering: .sequentiallyConsistent), clock.now - start < .seconds(60) {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(log.withLock { $0 } == ["a[1, 2, 3]", "closure", "a[4]", "b[5, 6]", "a[7]"])
-        // The drain took those: the next item starts a batch of its own.
-        let again = Atomic<Int>(0)
-        delivery.async(coalescing: 8, key: a) { values in again.store(values.reduce(0, +), ordering: .sequentiallyConsistent) }
-        while again.load(ordering: .sequentiallyConsistent) == 0, clock.now - start < .seconds(60) {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(again.load(ordering: .sequentiallyConsistent) == 8)
-    }
 }

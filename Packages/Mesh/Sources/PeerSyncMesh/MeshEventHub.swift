@@ -43,24 +43,6 @@ final class MeshEventHub: Sendable {
         }
     }
 
-    /// Queues `event` for the document listeners. Document events emitted one after another,
-    /// with nothing else between them on the queue, reach the listeners merged — consecutive
-    /// ones of the same peer, transport and direction as one event, documents in order — one
-    /// call per burst instead of one per document. Listeners are those registered when the
-    /// events are delivered.
-    func emitDocuments(_ event: PeerDocumentReplication) {
-        tables.withLock { t in
-            guard !t.documents.isEmpty else { return }
-            // Enqueued under the lock, as by `emit`: the queue sees events in emitted order.
-            queue.async(coalescing: event, key: ObjectIdentifier(self)) { [self] events in
-                let listeners = tables.withLock { Array($0.documents.values) }
-                for merged in PeerDocumentReplication.merged(events) {
-                    for listener in listeners { listener(merged) }
-                }
-            }
-        }
-    }
-
     /// Whether anyone listens to `table` (lets callers skip building events nobody reads).
     func hasListeners<Event>(_ table: KeyPath<Tables, [UInt64: @Sendable (Event) -> Void]> & Sendable) -> Bool {
         tables.withLock { !$0[keyPath: table].isEmpty }

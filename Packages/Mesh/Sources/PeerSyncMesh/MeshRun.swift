@@ -600,8 +600,8 @@ final class MeshRun: Sendable {
                 }
             }
             guard hub.hasListeners(\.documents) else { return }
-            hub.emitDocuments(PeerDocumentReplication(peerID: peerID, transport: transport, isPush: event.isPush,
-                                                      documents: event.documents.map(MultipeerReplicatedDocument.init)))
+            hub.emit(PeerDocumentReplication(peerID: peerID, transport: transport, isPush: event.isPush,
+                                             documents: event.documents.map(MultipeerReplicatedDocument.init)), to: \.documents)
         }
     }
 

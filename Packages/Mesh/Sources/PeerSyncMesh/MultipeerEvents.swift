@@ -121,24 +121,6 @@ public struct PeerDocumentReplication: Sendable, Hashable {
         self.isPush = isPush
         self.documents = documents
     }
-
-    /// `events` with each run of consecutive events of the same peer, transport and direction
-    /// made one event holding their documents in order.
-    static func merged(_ events: [PeerDocumentReplication]) -> [PeerDocumentReplication] {
-        guard events.count > 1 else { return events }
-        var out: [PeerDocumentReplication] = []
-        var current = events[0]
-        for event in events.dropFirst() {
-            if event.peerID == current.peerID, event.transport == current.transport, event.isPush == current.isPush {
-                current.documents += event.documents
-            } else {
-                out.append(current)
-                current = event
-            }
-        }
-        out.append(current)
-        return out
-    }
 }
 
 /// What a ``MultipeerReplicator`` knows about one peer (Couchbase Lite's `PeerInfo`).

@@ -90,31 +90,4 @@ public struct DocumentReplication: Sendable {
         self.isPush = isPush
         self.documents = documents
     }
-
-    /// `events` with each run of consecutive events of the same direction and replicator
-    /// made one event holding their documents in order.
-    static func merged(_ events: [DocumentReplication]) -> [DocumentReplication] {
-        guard events.count > 1 else { return events }
-        var out: [DocumentReplication] = []
-        var run: [ReplicatedDocument] = []
-        var first = events[0]
-        for event in events {
-            if event.isPush == first.isPush, event.replicator === first.replicator {
-                run += event.documents
-                continue
-            }
-            out.append(first.with(run))
-            first = event
-            run = event.documents
-        }
-        out.append(first.with(run))
-        return out
-    }
-
-    /// This event (its direction and replicator) with `documents`.
-    private func with(_ documents: [ReplicatedDocument]) -> DocumentReplication {
-        var event = DocumentReplication(isPush: isPush, documents: documents)
-        event.replicator = replicator
-        return event
-    }
 }
