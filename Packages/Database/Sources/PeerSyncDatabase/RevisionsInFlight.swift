@@ -38,11 +38,25 @@ public final class RevisionsInFlight: Sendable {
         /// fired before they were registered.
         var pending: Set<Int> = []
         var expired: Set<Int> = []
-        /// When each waiter's timer fires unless a release moves it (the quiet limit, capped
-        /// by the total limit).
-        var quietUntil: [Int: ContinuousClock.Instant] = [:]
-        /// Each waiter's quiet limit and deadline (to restart the quiet limit on progress).
-        var limits: [Int: (quiet: Duration, deadline: ContinuousClock.Instant)] = [:]
+        /// Each waiter's timer: it fires at `until` unless progress moves it.
+        var timers: [Int: WaitTimer] = [:]
+    }
+
+    /// The timer of one wait: the quiet limit, capped by the total limit's deadline.
+    private struct WaitTimer {
+        let quiet: Duration
+        let deadline: ContinuousClock.Instant
+        /// When it fires.
+        var until: ContinuousClock.Instant
+
+        init(quiet: Duration, deadline: ContinuousClock.Instant, from now: ContinuousClock.Instant) {
+            self.quiet = quiet
+            self.deadline = deadline
+            until = min(now + quiet, deadline)
+        }
+
+        /// Progress at `now`: the quiet limit starts again.
+        mutating func restart(at now: ContinuousClock.Instant) { until = min(now + quiet, deadline) }
     }
 
     private let state = LockedValue(State())
@@ -79,9 +93,7 @@ public final class RevisionsInFlight: Sendable {
             // Progress for whoever waits: the revision arrived and is being stored (or another
             // session fetches it now); their quiet limit starts again.
             let now = ContinuousClock.now
-            for id in waiters {
-                if let limits = s.limits[id] { s.quietUntil[id] = min(now + limits.quiet, limits.deadline) }
-            }
+            for id in waiters { s.timers[id]?.restart(at: now) }
         }
     }
 
@@ -130,12 +142,11 @@ public final class RevisionsInFlight: Sendable {
         let id = state.withLock { s -> Int in
             defer { s.nextWaiter += 1 }
             s.pending.insert(s.nextWaiter)
-            s.quietUntil[s.nextWaiter] = min(start + quietLimit, deadline)
-            s.limits[s.nextWaiter] = (quietLimit, deadline)
+            s.timers[s.nextWaiter] = WaitTimer(quiet: quietLimit, deadline: deadline, from: start)
             return s.nextWaiter
         }
         let timer = Task { [weak self] in
-            while let until = self?.state.withLock({ $0.quietUntil[id] }) {
+            while let until = self?.state.withLock({ $0.timers[id]?.until }) {
                 if ContinuousClock.now >= until {
                     self?.wake(waiter: id)
                     return
@@ -151,15 +162,14 @@ public final class RevisionsInFlight: Sendable {
             // Progress is the release of any of them (they arrive in any order): it restarts
             // the quiet limit.
             let now = ContinuousClock.now
-            state.withLock { s in s.quietUntil[id] = min(now + quietLimit, deadline) }
+            state.withLock { s in s.timers[id]?.restart(at: now) }
             claimed = held
         }
         timer.cancel()
         state.withLock { s in
             s.pending.remove(id)
             s.expired.remove(id)
-            s.quietUntil[id] = nil
-            s.limits[id] = nil
+            s.timers[id] = nil
             s.waiting[id] = nil
             for key in keys { s.claims[key]?.waiters.remove(id) }
         }
