@@ -110,6 +110,17 @@ final class MeshRun: Sendable {
         var upgradeWantedSince: [PeerID: ContinuousClock.Instant] = [:]
         /// Networks whose link transport could not start: nothing runs on them this run.
         var failedNetworks: [Int: PeerSyncError] = [:]
+
+        /// Runs `update` on link `id` to `peerID` in place and returns its result; nil (and
+        /// `update` not run) when that is not the current link. In place through the values'
+        /// index: `links[peerID]?.field = …` goes through the key subscript's accessor, which
+        /// moves the whole `Link` out into an accessor frame on the heap — once per stored
+        /// revision (document events, status changes), ~11 % of a 32-peer benchmark's mallocs.
+        @discardableResult
+        mutating func updateLink<T>(_ peerID: PeerID, id: UInt64, _ update: (inout Link) -> T) -> T? {
+            guard let index = links.index(forKey: peerID), links.values[index].id == id else { return nil }
+            return update(&links.values[index])
+        }
     }
 
     let state: LockedValue<RunState>
@@ -556,16 +567,17 @@ final class MeshRun: Sendable {
 
     private func outgoingStatus(_ status: ReplicatorStatus, link id: UInt64, peerID: PeerID, transport: MultipeerTransport) {
         state.withLock { s in
-            guard s.links[peerID]?.id == id else {
+            let updated: Void? = s.updateLink(peerID, id: id) { link in
+                link.status = status
+                link.idleSince = status.activity == .idle ? (link.idleSince ?? clock.now) : nil
+            }
+            guard updated != nil else {
                 // A link closed on purpose: report its end only.
                 if status.activity == .stopped {
                     hub.emit(PeerReplicatorStatus(peerID: peerID, transport: transport, outgoing: true, status: status), to: \.replicator)
                 }
                 return
             }
-            s.links[peerID]?.status = status
-            let idleSince = status.activity == .idle ? (s.links[peerID]?.idleSince ?? clock.now) : nil
-            s.links[peerID]?.idleSince = idleSince
             hub.emit(PeerReplicatorStatus(peerID: peerID, transport: transport, outgoing: true, status: status), to: \.replicator)
             if status.activity == .stopped { endLocked(&s, id: id, peerID: peerID, error: status.error) }
         }
@@ -588,16 +600,24 @@ final class MeshRun: Sendable {
     /// a move to a preferred transport replaced finishes what it had in flight): they moved.
     private func documents(_ event: DocumentReplication, link id: UInt64, peerID: PeerID, transport: MultipeerTransport) {
         state.withLock { s in
-            if let link = s.links[peerID], link.id == id {
+            // Called once per stored revision: the link is updated in place (`updateLink`) and
+            // nothing is allocated but the event for the listeners.
+            s.updateLink(peerID, id: id) { link in
                 if link.outgoing {
                     // Only documents that moved: a failure a comparison cannot fix must not loop.
-                    s.links[peerID]?.documentsSinceCompare += event.documents.filter { $0.error == nil }.count
-                } else {
-                    s.links[peerID]?.lastDocuments = clock.now
-                    incomingStatusLocked(&s, .busy, link: id, peerID: peerID, error: nil)
-                    s.links[peerID]?.status.progress.completed += event.documents.count
-                    s.links[peerID]?.status.progress.total += event.documents.count
+                    link.documentsSinceCompare += event.documents.reduce(0) { $1.error == nil ? $0 + 1 : $0 }
+                    return
                 }
+                link.lastDocuments = clock.now
+                if link.status.activity != .busy {
+                    // As `incomingStatusLocked(&s, .busy, …)`, without moving the link out.
+                    link.status.activity = .busy
+                    link.status.error = nil
+                    hub.emit(PeerReplicatorStatus(peerID: peerID, transport: link.transport, outgoing: false, status: link.status),
+                             to: \.replicator)
+                }
+                link.status.progress.completed += event.documents.count
+                link.status.progress.total += event.documents.count
             }
             guard hub.hasListeners(\.documents) else { return }
             hub.emit(PeerDocumentReplication(peerID: peerID, transport: transport, isPush: event.isPush,
