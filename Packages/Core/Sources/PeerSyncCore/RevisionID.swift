@@ -9,29 +9,44 @@ public struct RevisionID: Sendable, Hashable, Comparable, CustomStringConvertibl
 
     /// Parses `<generation>-<hex>`; throws ``PeerSyncError/Code/invalidRevisionID``.
     public init(_ text: String) throws(PeerSyncError) {
-        let utf8 = Array(text.utf8)
-        guard let dash = utf8.firstIndex(of: UInt8(ascii: "-")), dash > 0, dash <= 19 else {
+        // Read in place (a native string's UTF-8 is contiguous): the digest is the only
+        // allocation — revision IDs are parsed several times per replicated revision.
+        let parsed = text.utf8.withContiguousStorageIfAvailable(Self.parse)
+            ?? Array(text.utf8).withUnsafeBufferPointer(Self.parse)
+        switch parsed {
+        case .valid(let generation, let digest):
+            self.generation = generation
+            self.digest = digest
+        case .noGeneration:
             throw PeerSyncError(.invalidRevisionID, "revision ID must be <generation>-<digest>",
                                 context: ["revID": String(text.prefix(80))])
-        }
-        var generation: UInt64 = 0
-        for c in utf8[..<dash] {
-            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(c) else {
-                throw PeerSyncError(.invalidRevisionID, "revision generation is not a number",
-                                    context: ["revID": String(text.prefix(80))])
-            }
-            generation = generation * 10 + UInt64(c - UInt8(ascii: "0"))
-        }
-        let hex = utf8[(dash + 1)...]
-        guard generation >= 1, !hex.isEmpty, hex.count % 2 == 0, hex.count <= 128,
-              hex.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
-        else {
+        case .generationNotANumber:
+            throw PeerSyncError(.invalidRevisionID, "revision generation is not a number",
+                                context: ["revID": String(text.prefix(80))])
+        case .invalidDigest:
             throw PeerSyncError(.invalidRevisionID,
                                 "revision ID needs generation ≥ 1 and an even number of lowercase hex digits",
                                 context: ["revID": String(text.prefix(80))])
         }
-        self.generation = generation
-        self.digest = String(decoding: hex, as: UTF8.self)
+    }
+
+    private enum Parsed {
+        case valid(UInt64, String)
+        case noGeneration, generationNotANumber, invalidDigest
+    }
+
+    private static func parse(_ utf8: UnsafeBufferPointer<UInt8>) -> Parsed {
+        guard let dash = utf8.firstIndex(of: UInt8(ascii: "-")), dash > 0, dash <= 19 else { return .noGeneration }
+        var generation: UInt64 = 0
+        for c in utf8[..<dash] {
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(c) else { return .generationNotANumber }
+            generation = generation * 10 + UInt64(c - UInt8(ascii: "0"))
+        }
+        let hex = UnsafeBufferPointer(rebasing: utf8[(dash + 1)...])
+        guard generation >= 1, !hex.isEmpty, hex.count % 2 == 0, hex.count <= 128,
+              hex.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
+        else { return .invalidDigest }
+        return .valid(generation, String(decoding: hex, as: UTF8.self))
     }
 
     /// Builds an ID from parts already known to be valid.
@@ -61,7 +76,15 @@ public struct RevisionID: Sendable, Hashable, Comparable, CustomStringConvertibl
         return RevisionID(generation: (parent?.generation ?? 0) + 1, digest: hasher.finalize().hexString)
     }
 
-    public var description: String { "\(generation)-\(digest)" }
+    public var description: String {
+        // One allocation (interpolation took three): IDs are turned back into text for every
+        // message and key that carries them.
+        var text = String(generation)
+        text.reserveCapacity(text.utf8.count + 1 + digest.utf8.count)
+        text.append("-")
+        text.append(digest)
+        return text
+    }
 
     /// Orders by generation, then by digest bytes (the winner rule's last tie-breaker).
     public static func < (lhs: RevisionID, rhs: RevisionID) -> Bool {

@@ -140,6 +140,24 @@ extension Sequence where Element == UInt8 {
     }
 }
 
+extension Collection where Element == UInt8 {
+    /// Lowercase hexadecimal, written straight into the string's storage (one allocation;
+    /// the ``Sequence`` version's buffer made two).
+    @inlinable
+    public var hexString: String {
+        let digits = count * 2
+        return String(unsafeUninitializedCapacity: digits) { buffer in
+            var i = 0
+            for byte in self {
+                buffer[i] = _hexDigit(byte >> 4)
+                buffer[i &+ 1] = _hexDigit(byte & 0xF)
+                i &+= 2
+            }
+            return i
+        }
+    }
+}
+
 /// The lowercase hexadecimal digit of `nibble` (0–15).
 @inlinable
 func _hexDigit(_ nibble: UInt8) -> UInt8 {

@@ -138,6 +138,21 @@ import Testing
         #expect(first == again && first.generation == 1 && first.digest.count == 40)
         let second = RevisionID.next(parent: first, deleted: true, canonicalBody: [])
         #expect(second.generation == 2 && second > first)
+        // Text round trip (the parser reads in place; a substring's UTF-8 and a long
+        // generation included), and the error cases' messages.
+        for text in ["1-aa", "18446744073709551-\(String(repeating: "0f", count: 20))", "12-\(String(repeating: "e", count: 128))"] {
+            #expect(try RevisionID(text).description == text)
+            #expect(try RevisionID(String(("x" + text + "y").dropFirst().dropLast())).description == text)
+        }
+        for (bad, message) in [("1x-ab", "revision generation is not a number"), ("ab", "revision ID must be <generation>-<digest>")] {
+            let error = #expect(throws: PeerSyncError.self) { try RevisionID(bad) }
+            #expect(error?.code == .invalidRevisionID && error?.message == message && error?.context["revID"] == bad)
+        }
+        #expect(throws: PeerSyncError.self) { try RevisionID("1-\(String(repeating: "a", count: 130))") }
+        // Hex of a collection (written in place) and of a plain sequence agree.
+        let bytes: [UInt8] = [0x00, 0x0f, 0xa5, 0xff]
+        #expect(bytes.hexString == "000fa5ff" && bytes[1...].hexString == "0fa5ff")
+        #expect(AnySequence(bytes).hexString == "000fa5ff" && [UInt8]().hexString == "")
         let history = try RevisionHistory(parsing: "3-aa, 2-bb,1-cc")
         #expect(history.revisions.count == 3 && history.description == "3-aa,2-bb,1-cc")
         #expect(throws: PeerSyncError.self) { try RevisionHistory(parsing: "3-aa,1-cc") }

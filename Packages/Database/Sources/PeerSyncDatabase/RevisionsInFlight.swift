@@ -65,7 +65,19 @@ public final class RevisionsInFlight: Sendable {
 
     /// The key of one revision of one document of one collection.
     public static func key(collection: String, docID: String, revID: RevisionID) -> String {
-        "\(collection)\u{0}\(docID)\u{0}\(revID)"
+        // Appended into one reserved string: one allocation per key (interpolation took
+        // several), and keys are made for every offered and every received revision.
+        let generation = String(revID.generation)
+        var key = ""
+        key.reserveCapacity(collection.utf8.count + docID.utf8.count + generation.utf8.count + revID.digest.utf8.count + 3)
+        key.append(collection)
+        key.append("\u{0}")
+        key.append(docID)
+        key.append("\u{0}")
+        key.append(generation)
+        key.append("-")
+        key.append(revID.digest)
+        return key
     }
 
     /// Claims each of `keys` that nobody (else) has claimed; returns the keys claimed by

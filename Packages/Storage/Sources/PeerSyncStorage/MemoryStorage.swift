@@ -175,12 +175,12 @@ struct StoreData: Sendable {
     }
 
     func get(_ key: String, in keyspace: String) -> Record? {
-        keyspaces[ByteKey(keyspace)]?.records[ByteKey(key)]
+        keyspaces.entry(keyspace)?.value.records.entry(key)?.value
     }
 
     func enumerate(in keyspace: String, range: KeyRange, descending: Bool,
                    _ body: (Record) throws -> Bool) rethrows {
-        guard let ks = keyspaces[ByteKey(keyspace)] else { return }
+        guard let ks = keyspaces.entry(keyspace)?.value else { return }
         let lower = range.lowerBound.map(ByteKey.init)
         let upper = range.upperBound.map(ByteKey.init)
         if let lower, let upper, upper < lower { return }
@@ -189,26 +189,27 @@ struct StoreData: Sendable {
     }
 
     func enumerate(in keyspace: String, since: UInt64, _ body: (Record) throws -> Bool) rethrows {
-        guard let ks = keyspaces[ByteKey(keyspace)], since < UInt64.max else { return }
+        guard let ks = keyspaces.entry(keyspace)?.value, since < UInt64.max else { return }
         try ks.bySequence.forEach(from: since + 1, to: nil, upperInclusive: false, descending: false) { _, box in
             try body(box.record)
         }
     }
 
     func count(in keyspace: String, includeDeleted: Bool) -> Int {
-        guard let ks = keyspaces[ByteKey(keyspace)] else { return 0 }
+        guard let ks = keyspaces.entry(keyspace)?.value else { return 0 }
         return includeDeleted ? ks.records.count : ks.records.count - ks.deletedCount
     }
 
     func lastSequence(in keyspace: String) -> UInt64 {
-        keyspaces[ByteKey(keyspace)]?.lastSequence ?? 0
+        keyspaces.entry(keyspace)?.value.lastSequence ?? 0
     }
 
     // MARK: Writing
 
     mutating func put(_ record: Record, in keyspace: String) throws -> UInt64 {
-        let name = ByteKey(keyspace)
-        var ks = keyspaces[name] ?? KeyspaceData()
+        let existing = keyspaces.entry(keyspace)
+        let name = existing?.key ?? ByteKey(keyspace)
+        var ks = existing?.value ?? KeyspaceData()
         guard ks.lastSequence < UInt64.max else {
             throw PeerSyncError(.storage, "sequence numbers exhausted", context: ["keyspace": keyspace])
         }
@@ -249,7 +250,7 @@ struct StoreData: Sendable {
     // MARK: Ordered key sets
 
     func entry(_ key: String, inKeySet keySet: String) -> [UInt8]? {
-        keySets[ByteKey(keySet)]?[ByteKey(key)]
+        keySets.entry(keySet)?.value.entry(key)?.value
     }
 
     func enumerateEntries(inKeySet keySet: String, range: KeyRange, descending: Bool,

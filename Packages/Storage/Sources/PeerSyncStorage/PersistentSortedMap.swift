@@ -52,6 +52,29 @@ struct ByteKey: SortedMapKey, Hashable, Sendable {
     }
 }
 
+extension ByteKey {
+    /// ``order(_:_:)`` of the key whose bytes are `bytes` against `b`.
+    static func order(_ bytes: UnsafeBufferPointer<UInt8>, _ b: ByteKey) -> Int {
+        b.bytes.withUnsafeBufferPointer { pb in
+            let common = min(bytes.count, pb.count)
+            if common > 0, let x = bytes.baseAddress, let y = pb.baseAddress {
+                let order = memcmp(x, y, common)
+                if order != 0 { return order < 0 ? -1 : 1 }
+            }
+            return bytes.count < pb.count ? -1 : (bytes.count == pb.count ? 0 : 1)
+        }
+    }
+}
+
+extension PersistentSortedMap where Key == ByteKey {
+    /// The entry for `key`'s UTF-8 bytes, found without building a ``ByteKey`` (an array
+    /// allocation): the memory store looks a keyspace and a record up this way on every read.
+    func entry(_ key: String) -> (key: ByteKey, value: Value)? {
+        var key = key
+        return key.withUTF8 { bytes in entry { ByteKey.order(bytes, $0) } }
+    }
+}
+
 /// An immutable AVL tree node. Nodes are never mutated, so a tree can be shared by any
 /// number of snapshots; an update copies only the path from the root to the changed node.
 final class AVLNode<Key: SortedMapKey, Value: Sendable>: Sendable {
@@ -101,6 +124,27 @@ struct PersistentSortedMap<Key: SortedMapKey, Value: Sendable>: Sendable {
                     return (order, Unmanaged.passUnretained(right))
                 }
                 if order == 0 { return node._withUnsafeGuaranteedRef { $0.value } }
+                guard let next else { return nil }
+                node = next
+            }
+        }
+    }
+
+    /// The entry whose key `order` finds (`order(key)` negative, zero or positive as the
+    /// sought key sorts before, equal to or after `key`), walked as ``subscript(key:)`` walks.
+    /// Returns the stored key too, so a caller can reuse it instead of building another.
+    func entry(ordering order: (Key) -> Int) -> (key: Key, value: Value)? {
+        guard let root else { return nil }
+        return withExtendedLifetime(root) { () -> (key: Key, value: Value)? in
+            var node = Unmanaged.passUnretained(root)
+            while true {
+                let (found, next) = node._withUnsafeGuaranteedRef { n -> (Bool, Unmanaged<Node>?) in
+                    let o = order(n.key)
+                    if o == 0 { return (true, nil) }
+                    guard let child = o < 0 ? n.left : n.right else { return (false, nil) }
+                    return (false, Unmanaged.passUnretained(child))
+                }
+                if found { return node._withUnsafeGuaranteedRef { ($0.key, $0.value) } }
                 guard let next else { return nil }
                 node = next
             }

@@ -197,6 +197,23 @@ struct MemoryStorageTests {
         #expect(firstThree == Array(sortedKeys.prefix(3)))
     }
 
+    /// The look-up by a string's bytes (no `ByteKey` built) finds exactly what the subscript
+    /// finds, returning the stored key.
+    @Test func entryByStringMatchesTheSubscript() {
+        var map = PersistentSortedMap<ByteKey, Int>()
+        let keys = ["", "a", "ab", "b", "é", "e\u{301}", "doc-10", "doc-9", "\u{0}x", String(repeating: "k", count: 40)]
+        for (i, key) in keys.enumerated() { map.set(i, for: ByteKey(key)) }
+        for (i, key) in keys.enumerated() {
+            let found = map.entry(key)
+            #expect(found?.value == i && found?.key == ByteKey(key), "\(key)")
+            #expect(map.entry(String(("<" + key + ">").dropFirst().dropLast()))?.value == i)
+        }
+        for missing in ["aa", "c", "doc-1", "e", "\u{0}"] {
+            #expect(map.entry(missing) == nil && map[ByteKey(missing)] == nil, "\(missing)")
+        }
+        #expect(PersistentSortedMap<ByteKey, Int>().entry("a") == nil)
+    }
+
     @Test func byteKeyOrderIsUTF8ByteOrder() {
         // Canonically equivalent strings are different keys, and U+FF61 sorts before U+1D11E
         // in UTF-8 (but after it in UTF-16).
