@@ -142,7 +142,7 @@ extension Sequence where Element == UInt8 {
 
 extension Collection where Element == UInt8 {
     /// Lowercase hexadecimal, written straight into the string's storage (one allocation;
-    /// the ``Sequence`` version's buffer made two).
+    /// the `Sequence` version's buffer made two).
     @inlinable
     public var hexString: String {
         let digits = count * 2
