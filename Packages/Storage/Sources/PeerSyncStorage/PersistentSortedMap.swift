@@ -39,20 +39,9 @@ struct ByteKey: SortedMapKey, Hashable, Sendable {
 
     /// The same order, three-way: one `memcmp`.
     static func order(_ a: ByteKey, _ b: ByteKey) -> Int {
-        a.bytes.withUnsafeBufferPointer { pa in
-            b.bytes.withUnsafeBufferPointer { pb in
-                let common = min(pa.count, pb.count)
-                if common > 0, let x = pa.baseAddress, let y = pb.baseAddress {
-                    let order = memcmp(x, y, common)
-                    if order != 0 { return order < 0 ? -1 : 1 }
-                }
-                return pa.count < pb.count ? -1 : (pa.count == pb.count ? 0 : 1)
-            }
-        }
+        a.bytes.withUnsafeBufferPointer { order($0, b) }
     }
-}
 
-extension ByteKey {
     /// ``order(_:_:)`` of the key whose bytes are `bytes` against `b`.
     static func order(_ bytes: UnsafeBufferPointer<UInt8>, _ b: ByteKey) -> Int {
         b.bytes.withUnsafeBufferPointer { pb in
@@ -109,29 +98,11 @@ struct PersistentSortedMap<Key: SortedMapKey, Value: Sendable>: Sendable {
     /// retain and release of each node and of each node's key on the way down (~2–3 % of a
     /// replication's CPU) are not needed. One comparison per node (``SortedMapKey/order(_:_:)``).
     subscript(key: Key) -> Value? {
-        guard let root else { return nil }
-        return withExtendedLifetime(root) { () -> Value? in
-            var node = Unmanaged.passUnretained(root)
-            while true {
-                let (order, next) = node._withUnsafeGuaranteedRef { n -> (Int, Unmanaged<Node>?) in
-                    let order = Key.order(key, n.key)
-                    if order == 0 { return (0, nil) }
-                    if order < 0 {
-                        guard let left = n.left else { return (order, nil) }
-                        return (order, Unmanaged.passUnretained(left))
-                    }
-                    guard let right = n.right else { return (order, nil) }
-                    return (order, Unmanaged.passUnretained(right))
-                }
-                if order == 0 { return node._withUnsafeGuaranteedRef { $0.value } }
-                guard let next else { return nil }
-                node = next
-            }
-        }
+        entry { Key.order(key, $0) }?.value
     }
 
     /// The entry whose key `order` finds (`order(key)` negative, zero or positive as the
-    /// sought key sorts before, equal to or after `key`), walked as ``subscript(key:)`` walks.
+    /// sought key sorts before, equal to or after `key`; ``subscript(key:)`` is this walk).
     /// Returns the stored key too, so a caller can reuse it instead of building another.
     func entry(ordering order: (Key) -> Int) -> (key: Key, value: Value)? {
         guard let root else { return nil }
