@@ -589,11 +589,16 @@ final class MeshRun: Sendable {
 
     private func incomingStatusLocked(_ s: inout RunState, _ activity: ReplicatorActivityLevel, link id: UInt64,
                                       peerID: PeerID, error: PeerSyncError?) {
-        guard var link = s.links[peerID], link.id == id, link.status.activity != activity || error != nil else { return }
+        s.updateLink(peerID, id: id) { link in setIncoming(&link, activity, error: error) }
+    }
+
+    /// Sets incoming `link`'s activity and error and reports its status, unless neither changes.
+    private func setIncoming(_ link: inout Link, _ activity: ReplicatorActivityLevel, error: PeerSyncError?) {
+        guard link.status.activity != activity || error != nil else { return }
         link.status.activity = activity
         link.status.error = error
-        s.links[peerID] = link
-        hub.emit(PeerReplicatorStatus(peerID: peerID, transport: link.transport, outgoing: false, status: link.status), to: \.replicator)
+        hub.emit(PeerReplicatorStatus(peerID: link.peerID, transport: link.transport, outgoing: false, status: link.status),
+                 to: \.replicator)
     }
 
     /// Documents moved on link `id`. Also reported for a link being closed on purpose (the one
@@ -609,13 +614,7 @@ final class MeshRun: Sendable {
                     return
                 }
                 link.lastDocuments = clock.now
-                if link.status.activity != .busy {
-                    // As `incomingStatusLocked(&s, .busy, …)`, without moving the link out.
-                    link.status.activity = .busy
-                    link.status.error = nil
-                    hub.emit(PeerReplicatorStatus(peerID: peerID, transport: link.transport, outgoing: false, status: link.status),
-                             to: \.replicator)
-                }
+                setIncoming(&link, .busy, error: nil)
                 link.status.progress.completed += event.documents.count
                 link.status.progress.total += event.documents.count
             }
