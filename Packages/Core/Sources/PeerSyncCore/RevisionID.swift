@@ -79,11 +79,19 @@ public struct RevisionID: Sendable, Hashable, Comparable, CustomStringConvertibl
     public var description: String {
         // One allocation (interpolation took three): IDs are turned back into text for every
         // message and key that carries them.
-        var text = String(generation)
-        text.reserveCapacity(text.utf8.count + 1 + digest.utf8.count)
+        var text = ""
+        append(to: &text)
+        return text
+    }
+
+    /// Appends `<generation>-<digest>` to `text`, first reserving room for it unless `text`
+    /// already has that room (a caller building a longer string reserves once for all of it).
+    public func append(to text: inout String) {
+        let generation = String(self.generation)  // ≤ 20 digits: a small string, no allocation
+        text.reserveCapacity(text.utf8.count + generation.utf8.count + 1 + digest.utf8.count)
+        text.append(generation)
         text.append("-")
         text.append(digest)
-        return text
     }
 
     /// Orders by generation, then by digest bytes (the winner rule's last tie-breaker).

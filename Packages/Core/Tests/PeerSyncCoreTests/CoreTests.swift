@@ -130,6 +130,9 @@ import Testing
     @Test func revisionIDs() throws {
         let id = try RevisionID("3-abcdef")
         #expect(id.generation == 3 && id.digest == "abcdef")
+        var text = "key\u{0}"
+        id.append(to: &text)
+        #expect(text == "key\u{0}3-abcdef")
         for bad in ["", "3", "-ab", "0-ab", "3-ABC", "3-abc", "x-ab", "3-"] {
             #expect(throws: PeerSyncError.self) { try RevisionID(bad) }
         }

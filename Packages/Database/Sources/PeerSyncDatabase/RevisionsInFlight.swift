@@ -67,16 +67,14 @@ public final class RevisionsInFlight: Sendable {
     public static func key(collection: String, docID: String, revID: RevisionID) -> String {
         // Appended into one reserved string: one allocation per key (interpolation took
         // several), and keys are made for every offered and every received revision.
-        let generation = String(revID.generation)
         var key = ""
-        key.reserveCapacity(collection.utf8.count + docID.utf8.count + generation.utf8.count + revID.digest.utf8.count + 3)
+        // 20: the most digits of a generation; then the revision ID's own reserve is a no-op.
+        key.reserveCapacity(collection.utf8.count + docID.utf8.count + 2 + 20 + 1 + revID.digest.utf8.count)
         key.append(collection)
         key.append("\u{0}")
         key.append(docID)
         key.append("\u{0}")
-        key.append(generation)
-        key.append("-")
-        key.append(revID.digest)
+        revID.append(to: &key)
         return key
     }
 

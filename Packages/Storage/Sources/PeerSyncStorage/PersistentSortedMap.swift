@@ -93,17 +93,19 @@ struct PersistentSortedMap<Key: SortedMapKey, Value: Sendable>: Sendable {
 
     init() {}
 
-    /// The walk holds the nodes it passes unretained (`Unmanaged`): `root`, kept alive for
-    /// the whole call, keeps every node below it alive, and nodes are immutable, so the
-    /// retain and release of each node and of each node's key on the way down (~2–3 % of a
-    /// replication's CPU) are not needed. One comparison per node (``SortedMapKey/order(_:_:)``).
+    /// The value for `key` (``entry(ordering:)`` with ``SortedMapKey/order(_:_:)``).
     subscript(key: Key) -> Value? {
         entry { Key.order(key, $0) }?.value
     }
 
     /// The entry whose key `order` finds (`order(key)` negative, zero or positive as the
-    /// sought key sorts before, equal to or after `key`; ``subscript(key:)`` is this walk).
-    /// Returns the stored key too, so a caller can reuse it instead of building another.
+    /// sought key sorts before, equal to or after `key`): one comparison per node. Returns the
+    /// stored key too, so a caller can reuse it instead of building another.
+    ///
+    /// The walk holds the nodes it passes unretained (`Unmanaged`): `root`, kept alive for
+    /// the whole call, keeps every node below it alive, and nodes are immutable, so the
+    /// retain and release of each node and of each node's key on the way down (~2–3 % of a
+    /// replication's CPU) are not needed.
     func entry(ordering order: (Key) -> Int) -> (key: Key, value: Value)? {
         guard let root else { return nil }
         return withExtendedLifetime(root) { () -> (key: Key, value: Value)? in
