@@ -69,19 +69,26 @@ extension Puller {
         ReplicationCounters.add(ReplicationCounters.revsReceived)
         do {
             return try await receivePulledRev(request)
-        } catch let error as PeerSyncError where context.failure == nil && error.blipError?.isHTTP(422) != true {
-            let docID = request.properties["id"] ?? "-"
-            do { try DocumentID.validate(docID) } catch let idError {
-                // An ID no database can hold (e.g. NUL): a per-document error; the session goes on.
-                reportError(docID, idError)
-                throw error
-            }
-            let e = PeerSyncError(.corrupt, "the peer sent a revision of \(docID) that cannot be stored: \(error.message)",
-                                  context: ["docID": docID])
-            reportError(docID, e)
-            context.fail(e)
+        } catch let error as PeerSyncError {
+            notePulledFailure(error, docID: request.properties["id"] ?? "-")
             throw error
         }
+    }
+
+    /// A pulled revision that was not stored because of `error` (the reply it gets): unless
+    /// the session already failed or the peer resends it in full (422), its document event
+    /// carries the error and the session fails with `.corrupt` — or, for an ID no database can
+    /// hold (e.g. NUL), only the event (a per-document error; the session goes on).
+    func notePulledFailure(_ error: PeerSyncError, docID: String) {
+        guard context.failure == nil, error.blipError?.isHTTP(422) != true else { return }
+        do { try DocumentID.validate(docID) } catch let idError {
+            reportError(docID, idError)
+            return
+        }
+        let e = PeerSyncError(.corrupt, "the peer sent a revision of \(docID) that cannot be stored: \(error.message)",
+                              context: ["docID": docID])
+        reportError(docID, e)
+        context.fail(e)
     }
 
     private func receivePulledRev(_ request: ReceivedRevision) async throws -> BLIPMessage? {
@@ -125,30 +132,46 @@ extension Puller {
         // Stored and resolved as the document's only conflict handling meanwhile, so the tree
         // read back by the insertion is still the one to resolve.
         let docError = try await context.handlingConflicts(of: docID) { () async throws -> PeerSyncError? in
-            let outcome: RevisionInsertOutcome
-            do {
-                outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: true))
-            } catch {
-                throw pulledStorageFailure(error, incoming, sequence: sequence)
-            }
-            let (result, treeAfter) = try Self.inserted(outcome)
-            notStored = false
-            context.setPeerRevision(index, docID, revID)
-            guard result.inserted else { return nil }
-            ReplicationCounters.add(ReplicationCounters.revsInserted)
-            do {
-                try await ConflictResolution(collection: collection).resolveIfConflicted(docID: docID, pulled: revID, tree: treeAfter)
-                return nil
-            } catch {
-                return (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
-            }
+            let outcome = await inserter.insert([incoming.insert(into: c, allowConflict: true)])[0]
+            return try await storePulled(incoming, sequence: sequence, outcome)
         }
+        notStored = false
         withExtendedLifetime(pins) {}
+        reportPulled(incoming, docError)
+        return nil
+    }
+
+    /// What follows a pulled revision's insertion, inside its document's conflict handling:
+    /// the peer's revision noted, a conflict it made resolved. Returns the error its document
+    /// event carries (a conflict that could not be resolved), nil when all went well; throws
+    /// the reply when it was not stored (a storage failure: ``pulledStorageFailure(_:_:sequence:)``;
+    /// a refusal: `HTTP`/409 or 400).
+    func storePulled(_ incoming: IncomingRevision, sequence: String?,
+                     _ outcome: Result<RevisionInsertOutcome, any Error>) async throws -> PeerSyncError? {
+        let inserted: RevisionInsertOutcome
+        do { inserted = try outcome.get() } catch {
+            throw pulledStorageFailure(error, incoming, sequence: sequence)
+        }
+        let (result, treeAfter) = try Self.inserted(inserted)
+        context.setPeerRevision(index, incoming.docID, incoming.revID)
+        guard result.inserted else { return nil }
+        ReplicationCounters.add(ReplicationCounters.revsInserted)
+        do {
+            try await ConflictResolution(collection: collection)
+                .resolveIfConflicted(docID: incoming.docID, pulled: incoming.revID, tree: treeAfter)
+            return nil
+        } catch {
+            return (error as? PeerSyncError) ?? PeerSyncError(.internalError, "\(error)")
+        }
+    }
+
+    /// A pulled revision handled (stored, or already there): its progress and document event.
+    func reportPulled(_ incoming: IncomingRevision, _ docError: PeerSyncError?) {
         context.events.progress(1, 0)
         context.events.documents(DocumentReplication(isPush: false, documents: [
-            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: docError),
+            ReplicatedDocument(id: incoming.docID, collection: collection.collection.fullName, flags: incoming.flags,
+                               error: docError),
         ]))
-        return nil
     }
 
     /// A pulled revision that could not be stored (the transaction failed: disk full, I/O
@@ -193,30 +216,37 @@ extension Puller {
             return nil
         }
         let pins = try await fetchMissingBlobs(of: incoming)
-        let outcome: RevisionInsertOutcome
-        do {
-            outcome = try await inserter.insert(incoming.insert(into: c, allowConflict: false))
-        } catch {
-            let (e, docError) = Self.storageErrors(error, docID: docID)
+        let outcome = await inserter.insert([incoming.insert(into: c, allowConflict: false)])[0]
+        try storePushed(incoming, outcome)
+        withExtendedLifetime(pins) {}
+        return nil
+    }
+
+    /// What follows a pushed revision's insertion: the peer's revision noted, its document
+    /// event. Throws the reply when it was not stored: `HTTP`/507 or 500 for a storage
+    /// failure (logged and reported), 409 or 400 for a refusal.
+    func storePushed(_ incoming: IncomingRevision, _ outcome: Result<RevisionInsertOutcome, any Error>) throws {
+        let c = collection.collection
+        let inserted: RevisionInsertOutcome
+        do { inserted = try outcome.get() } catch {
+            let (e, docError) = Self.storageErrors(error, docID: incoming.docID)
             guard !context.isClosed else { throw PeerSyncError.reply(.http(503, e.message)) }
             // No local replicator reports it: the listener logs it.
-            Logger(.replicator).error("could not store \(docID) in \(c.fullName): \(e.message)")
-            reportError(docID, docError, flags: incoming.flags)
+            Logger(.replicator).error("could not store \(incoming.docID) in \(c.fullName): \(e.message)")
+            reportError(incoming.docID, docError, flags: incoming.flags)
             throw Self.storageReply(e)
         }
-        if try Self.inserted(outcome).0.inserted { ReplicationCounters.add(ReplicationCounters.revsInserted) }
-        withExtendedLifetime(pins) {}
-        context.setPeerRevision(index, docID, revID)
+        if try Self.inserted(inserted).0.inserted { ReplicationCounters.add(ReplicationCounters.revsInserted) }
+        context.setPeerRevision(index, incoming.docID, incoming.revID)
         context.events.documents(DocumentReplication(isPush: false, documents: [
-            ReplicatedDocument(id: docID, collection: c.fullName, flags: incoming.flags, error: nil),
+            ReplicatedDocument(id: incoming.docID, collection: c.fullName, flags: incoming.flags, error: nil),
         ]))
-        return nil
     }
 
     // MARK: - Reading a rev
 
     /// The `id` and `rev` properties (`HTTP`/400 when missing or invalid).
-    private static func ids(of request: ReceivedRevision) throws -> (String, RevisionID) {
+    static func ids(of request: ReceivedRevision) throws -> (String, RevisionID) {
         guard let docID = request.properties["id"], let revText = request.properties["rev"],
               let revID = try? RevisionID(revText) else {
             throw PeerSyncError.reply(.http(400, "invalid document or revision ID"))
@@ -238,15 +268,7 @@ extension Puller {
     /// then resends the revision in full), a protocol error for malformed JSON.
     private func readRevision(_ request: ReceivedRevision, docID: String, revID: RevisionID) async throws -> IncomingRevision {
         let props = request.properties
-        var history: [RevisionID] = []
-        if let text = props["history"], !text.isEmpty {
-            for part in text.split(separator: ",") {
-                guard let r = try? RevisionID(part.trimmingCharacters(in: .whitespaces)) else {
-                    throw PeerSyncError.reply(.http(400, "invalid revision history"))
-                }
-                history.append(r)
-            }
-        }
+        let history = try Self.history(of: request)
         let parsed = try request.parsedBody()
         var newBody: JSONValue = parsed
         if let src = props["deltaSrc"] {
@@ -264,16 +286,37 @@ extension Puller {
                 throw PeerSyncError.reply(.http(422, error.message))
             }
         }
-        guard let body = newBody.objectValue else {
+        return try Self.incomingRevision(request, docID: docID, revID: revID, history: history, body: newBody)
+    }
+
+    /// The revision `history` property lists (`HTTP`/400 when malformed).
+    static func history(of request: ReceivedRevision) throws -> [RevisionID] {
+        var history: [RevisionID] = []
+        if let text = request.properties["history"], !text.isEmpty {
+            for part in text.split(separator: ",") {
+                guard let r = try? RevisionID(part.trimmingCharacters(in: .whitespaces)) else {
+                    throw PeerSyncError.reply(.http(400, "invalid revision history"))
+                }
+                history.append(r)
+            }
+        }
+        return history
+    }
+
+    /// The revision read, with its full `body` (`HTTP`/400 unless a JSON object).
+    static func incomingRevision(_ request: ReceivedRevision, docID: String, revID: RevisionID, history: [RevisionID],
+                                 body: JSONValue) throws -> IncomingRevision {
+        guard let body = body.objectValue else {
             throw PeerSyncError.reply(.http(400, "revision body must be a JSON object"))
         }
-        return IncomingRevision(docID: docID, revID: revID, history: history, deleted: props.bool("deleted"), body: body)
+        return IncomingRevision(docID: docID, revID: revID, history: history, deleted: request.properties.bool("deleted"),
+                                body: body)
     }
 
     /// The body without its reserved keys, legacy attachments turned into blobs
     /// (``LegacyAttachments/decode(_:)``; `LiteCore`/7, NotFound, for a blob missing from a
     /// present `_attachments`, as LiteCore answers).
-    private static func decodeAttachments(_ body: [String: JSONValue]) throws -> [String: JSONValue] {
+    static func decodeAttachments(_ body: [String: JSONValue]) throws -> [String: JSONValue] {
         do { return try LegacyAttachments.decode(body) } catch {
             throw PeerSyncError.reply(BLIPError(domain: "LiteCore", code: 7, message: error.message))
         }

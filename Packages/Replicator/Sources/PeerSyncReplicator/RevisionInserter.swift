@@ -25,8 +25,8 @@ enum RevisionInsertOutcome: Sendable {
 /// Inserts received revisions in shared storage transactions (group commit): revisions wait
 /// for the next tick of the process's ``InsertionTicker`` (at most ``insertionDelay``), then
 /// one transaction takes every revision waiting (at most ``maxBatch``; a fuller queue is
-/// committed in further transactions at once). `insert` returns only after the transaction
-/// holding the revision has committed, so a `rev` is never acknowledged before it is durable;
+/// committed in further transactions at once). `insert` returns only after the transactions
+/// holding its revisions have committed, so a `rev` is never acknowledged before it is durable;
 /// if the transaction fails, every revision in it gets the error.
 ///
 /// Why the wait (Couchbase Lite's inserter waits likewise, `kInsertionDelay`, 20 ms): a
@@ -46,19 +46,48 @@ actor RevisionInserter {
     /// to the time until its `rev` is answered.
     static let insertionDelay: Duration = .milliseconds(20)
     let database: Database
-    private var waiting: [(RevisionInsert, CheckedContinuation<RevisionInsertOutcome, any Error>)] = []
+    /// The revisions waiting for a transaction, in arrival order, each with the caller that
+    /// waits for it (one caller may wait for several).
+    private var waiting: [(revision: RevisionInsert, waiter: Waiter, index: Int)] = []
     /// Waiting for a tick of the ticker, or committing.
     private var scheduled = false
+
+    /// One call of ``insert(_:)`` waiting for the transactions of its
+    /// revisions: resumed once every one of them has an outcome (a call's revisions may be
+    /// split over two transactions when more than ``maxBatch`` wait). Only touched on the
+    /// inserter.
+    private final class Waiter {
+        var results: [Result<RevisionInsertOutcome, any Error>?]
+        var remaining: Int
+        let continuation: CheckedContinuation<[Result<RevisionInsertOutcome, any Error>], Never>
+
+        init(count: Int, continuation: CheckedContinuation<[Result<RevisionInsertOutcome, any Error>], Never>) {
+            results = Array(repeating: nil, count: count)
+            remaining = count
+            self.continuation = continuation
+        }
+
+        func settle(_ index: Int, _ result: Result<RevisionInsertOutcome, any Error>) {
+            results[index] = result
+            remaining -= 1
+            if remaining == 0 { continuation.resume(returning: results.map { $0! }) }
+        }
+    }
 
     init(database: Database) {
         self.database = database
     }
 
-    /// Inserts `revision` with the next batch. Per-document refusals are outcomes; storage
-    /// failures (the whole transaction rolled back) throw.
-    func insert(_ revision: RevisionInsert) async throws -> RevisionInsertOutcome {
-        try await withCheckedThrowingContinuation { continuation in
-            waiting.append((revision, continuation))
+    /// Inserts `revisions`, in this order, with the next batch, and returns each one's
+    /// outcome: a per-document refusal, or the storage failure of its transaction (which
+    /// rolled back every revision in it). One suspension for all of them — a `revs` message's
+    /// revisions are handed over together (`Puller+Batches.swift`) rather than each by a task
+    /// of its own. Never throws; returns at once for no revisions.
+    func insert(_ revisions: [RevisionInsert]) async -> [Result<RevisionInsertOutcome, any Error>] {
+        guard !revisions.isEmpty else { return [] }
+        return await withCheckedContinuation { continuation in
+            let waiter = Waiter(count: revisions.count, continuation: continuation)
+            for (i, revision) in revisions.enumerated() { waiting.append((revision, waiter, i)) }
             if !scheduled {
                 scheduled = true
                 InsertionTicker.shared.schedule(self)
@@ -72,14 +101,14 @@ actor RevisionInserter {
         repeat {
             let batch = Array(waiting.prefix(Self.maxBatch))
             waiting.removeFirst(batch.count)
-            let revisions = batch.map(\.0)
+            let revisions = batch.map(\.revision)
             do {
                 let outcomes = try await database.inBatch { txn in
                     try revisions.map { try Self.apply($0, txn) }
                 }
-                for (i, item) in batch.enumerated() { item.1.resume(returning: outcomes[i]) }
+                for (i, item) in batch.enumerated() { item.waiter.settle(item.index, .success(outcomes[i])) }
             } catch {
-                for item in batch { item.1.resume(throwing: error) }
+                for item in batch { item.waiter.settle(item.index, .failure(error)) }
             }
         } while waiting.count >= Self.maxBatch
         if waiting.isEmpty {

@@ -209,16 +209,40 @@ final class SessionContext: Sendable {
             s.documentLocks[docID] = (entry.lock, entry.users + 1)
             return entry.lock
         }
-        defer {
-            state.withLock { s in
-                guard let entry = s.documentLocks[docID] else { return }
-                s.documentLocks[docID] = entry.users > 1 ? (entry.lock, entry.users - 1) : nil
-            }
-        }
+        defer { leaveConflictHandling(of: docID) }
         // The common case, nobody else on this document, without a suspension.
         if !lock.tryAcquire() { await lock.acquire() }
         defer { lock.release() }
         return try await body()
+    }
+
+    /// Begins the conflict handling of `docID` (as ``handlingConflicts(of:isolation:_:)``
+    /// does) only if nobody is in it or waiting for it, without suspending: the hold, to be
+    /// ended exactly once with ``endConflictHandling(_:)``, or nil (nothing changed). For a
+    /// caller that holds several documents across one suspension (the revisions of a `revs`
+    /// message, inserted together): never waiting is what keeps two such callers, or one and
+    /// a waiting ``handlingConflicts(of:isolation:_:)``, from waiting for each other.
+    func tryBeginConflictHandling(of docID: String) -> ConflictHandlingHold? {
+        state.withLock { s -> ConflictHandlingHold? in
+            let entry = s.documentLocks[docID] ?? (AsyncLock(), 0)
+            guard entry.lock.tryAcquire() else { return nil }
+            s.documentLocks[docID] = (entry.lock, entry.users + 1)
+            return ConflictHandlingHold(docID: docID, lock: entry.lock)
+        }
+    }
+
+    /// Ends a hold from ``tryBeginConflictHandling(of:)``: the next waiter, if any, goes on.
+    func endConflictHandling(_ hold: ConflictHandlingHold) {
+        hold.lock.release()
+        leaveConflictHandling(of: hold.docID)
+    }
+
+    /// One user of `docID`'s lock fewer; the entry goes with its last user.
+    private func leaveConflictHandling(of docID: String) {
+        state.withLock { s in
+            guard let entry = s.documentLocks[docID] else { return }
+            s.documentLocks[docID] = entry.users > 1 ? (entry.lock, entry.users - 1) : nil
+        }
     }
 
     // MARK: - Busy, failure, stop
@@ -276,4 +300,11 @@ final class SessionContext: Sendable {
         database.revisionsInFlight.releaseAll(owner: ObjectIdentifier(self))
         await blip.close()
     }
+}
+
+/// One document's conflict handling, begun without waiting
+/// (``SessionContext/tryBeginConflictHandling(of:)``) and not yet ended.
+struct ConflictHandlingHold: Sendable {
+    let docID: String
+    fileprivate let lock: AsyncLock
 }

@@ -5,6 +5,7 @@ import PeerSyncCore
 import PeerSyncLoopback
 @_spi(Replication) @testable import PeerSyncReplicator
 import PeerSyncReplicatorTestSupport
+import PeerSyncStorage
 import PeerSyncTransport
 import Synchronization
 import Testing
@@ -63,6 +64,95 @@ import Testing
             await workers.session.stop()
             await scripted.close()
         }
+    }
+
+    /// The revisions of a pulled `revs` are inserted together, and still each as its `rev`
+    /// would be: one that makes a conflict with a local edit is resolved (the document's
+    /// conflict handling held from before its insertion), a document that comes twice in one
+    /// message takes both revisions in order (the second waits for the first's conflict
+    /// handling, by the way of a `rev`), each gets its document event, and the checkpoint
+    /// passes the whole message.
+    @Test func aPulledRevsMessageResolvesConflictsAndKeepsADocumentsRevisionsInOrder() async throws {
+        try await withPeers(1) { peers in
+            let local = try peers[0].defaultCollection
+            let localX = try #require(try await save(local, "x", ["by": "local"]).revisionID)
+            let remoteX = fakeRev(1, "x-remote")
+            let d1 = fakeRev(1, "d"), d2 = fakeRev(2, "d")
+            let replies = Mutex<[String]>([])
+            let (workers, scripted) = try await PullerTests().pull(local, network: peers[0].network) { blip in
+                _ = try await PullerTests.changes(blip, [[1, "x", .string(remoteX)], [2, "d", .string(d1)],
+                                                         [3, "d", .string(d2)], [4, "e", .string(fakeRev(1, "e"))]])
+                let body = Self.revsBody([
+                    ([("id", "x"), ("rev", remoteX), ("sequence", "1")], ["by": "remote"]),
+                    ([("id", "d"), ("rev", d1), ("sequence", "2")], ["n": 1]),
+                    ([("id", "d"), ("rev", d2), ("history", d1), ("sequence", "3")], ["n": 2]),
+                    ([("id", "e"), ("rev", fakeRev(1, "e")), ("sequence", "4")], ["n": 1]),
+                ])
+                let revs = try await blip.sendRequest(.request("revs", properties: [("collection", "0")], body: body))
+                replies.withLock { $0 = (try? Self.answers(revs)) ?? ["unreadable"] }
+                try await PullerTests.caughtUp(blip)
+            }
+            #expect(replies.withLock { $0 } == ["ok", "ok", "ok", "ok"])
+            #expect(try await local.conflictedDocumentIDs().isEmpty)
+            let x = try #require(try await local.revisions(of: "x"))
+            #expect(x.leaves.filter { !$0.isDeleted }.count == 1, "x still has two live leaves: \(x.leaves)")
+            let localID = try RevisionID(localX), remoteID = try RevisionID(remoteX)
+            #expect(x.revision(localID) != nil && x.revision(remoteID) != nil)
+            #expect(try await local.document(id: "d")?.revisionID == d2)
+            #expect(try await local.document(id: "d")?.properties == ["n": 2])
+            #expect(try await local.document(id: "e")?.properties == ["n": 1])
+            #expect(try await workers.puller().pulledRemoteSequence == .int(4))
+            let events = workers.log.documents
+            #expect(events.map(\.id).sorted() == ["d", "d", "e", "x"], "\(events)")
+            #expect(events.allSatisfy { $0.error == nil }, "\(events)")
+            #expect(workers.context.failure == nil)
+            await workers.session.stop()
+            await scripted.close()
+        }
+    }
+
+    /// The revisions of a pulled `revs` share a transaction: when it fails (here the disk is
+    /// full), every one of them gets the failure, as their `rev`s would have — none is stored
+    /// or checkpointed, the first is answered 507 and reported with the error, the session
+    /// fails (its close may overtake the reply), and the others are answered 503.
+    @Test func aFailedTransactionReachesEveryRevisionOfAPulledRevsMessage() async throws {
+        let network = LoopbackNetwork()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("peersync-revs-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let backend = WriteGatedBackend(inner: MemoryStorageBackend())
+        let database = try await Database(name: "client", config: DatabaseConfiguration(directory: directory, backend: backend,
+                                                                                         durable: false))
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            MemoryStorageBackend().removeStore(in: directory)
+        }
+        let local = try database.defaultCollection()
+        backend.armFailure("b", PeerSyncError(.diskFull, "no space left on the device (test)"))
+        let replies = Mutex<[String]>([])
+        let (workers, scripted) = try await PullerTests().pull(local, network: network) { blip in
+            _ = try await PullerTests.changes(blip, [[1, "a", .string(fakeRev(1, "a"))], [2, "b", .string(fakeRev(1, "b"))],
+                                                     [3, "c", .string(fakeRev(1, "c"))]])
+            let body = Self.revsBody(["a", "b", "c"].enumerated().map { i, id in
+                ([("id", id), ("rev", fakeRev(1, id)), ("sequence", String(i + 1))], ["n": .int(Int64(i))])
+            })
+            do {
+                let reply = try await blip.sendRequest(.request("revs", properties: [("collection", "0")], body: body))
+                replies.withLock { $0 = (try? Self.answers(reply)) ?? ["unreadable"] }
+            } catch {
+                replies.withLock { $0 = ["closed"] }
+            }
+        }
+        #expect(try await eventually { workers.context.failure != nil && !replies.withLock { $0 }.isEmpty })
+        let got = replies.withLock { $0 }
+        #expect(got == ["closed"] || got.sorted() == ["HTTP/503", "HTTP/503", "HTTP/507"], "\(got)")
+        #expect(workers.context.failure?.code == .diskFull)
+        for id in ["a", "b", "c"] { #expect(try await local.documentIncludingDeleted(id: id) == nil, "\(id) was stored") }
+        #expect(try await workers.puller().pulledRemoteSequence == nil)
+        let events = workers.log.documents
+        #expect(events.count == 1 && events.allSatisfy { $0.error?.code == .diskFull }, "\(events)")
+        await workers.session.stop()
+        await scripted.close()
+        try await database.close()
     }
 
     /// A malformed `revs` on the pulling side (not an array; more revisions than offered) is

@@ -67,10 +67,12 @@ import Testing
 
 /// A memory backend whose write transactions stop, once per armed key, before putting a record
 /// with that key (in any keyspace), until the test opens the gate: holds a revision "being
-/// stored" for as long as a test likes, with no timing involved.
+/// stored" for as long as a test likes, with no timing involved. A key armed with an error
+/// instead makes that put throw it once (the transaction then rolls back).
 final class WriteGatedBackend: StorageBackend {
     let inner: any StorageBackend
     private let armed = Mutex<[String: WriteGate]>([:])
+    private let failures = Mutex<[String: PeerSyncError]>([:])
 
     init(inner: any StorageBackend) { self.inner = inner }
 
@@ -81,7 +83,13 @@ final class WriteGatedBackend: StorageBackend {
         return gate
     }
 
+    /// The next put of `key` throws `error`.
+    func armFailure(_ key: String, _ error: PeerSyncError) {
+        failures.withLock { $0[key] = error }
+    }
+
     fileprivate func take(_ key: String) -> WriteGate? { armed.withLock { $0.removeValue(forKey: key) } }
+    fileprivate func takeFailure(_ key: String) -> PeerSyncError? { failures.withLock { $0.removeValue(forKey: key) } }
 
     var name: String { inner.name }
     func open(directory: String, options: StorageOptions) throws -> any Storage {
@@ -145,6 +153,7 @@ private struct WriteGatedWriter: StorageWriter {
     func lastSequence(in keyspace: String) throws -> UInt64 { try inner.lastSequence(in: keyspace) }
     func put(_ record: Record, in keyspace: String) throws -> UInt64 {
         backend.take(record.key)?.stopHere()
+        if let error = backend.takeFailure(record.key) { throw error }
         return try inner.put(record, in: keyspace)
     }
     func delete(_ key: String, in keyspace: String) throws -> UInt64? { try inner.delete(key, in: keyspace) }
