@@ -72,29 +72,36 @@ enum PackedRevisionID: Sendable, Equatable {
     case other(RevisionID)
 
     init(_ revID: RevisionID) {
-        var words: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        var count = 0
-        var packed = true
-        for c in revID.digest.utf8 {
-            let nibble: UInt64
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = UInt64(c &- UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = UInt64(c &- UInt8(ascii: "a") &+ 10)
-            default: packed = false; nibble = 0
-            }
-            guard packed, count < 40 else { packed = false; break }
-            switch count {
-            case 0..<16: words.0 = words.0 << 4 | nibble
-            case 16..<32: words.1 = words.1 << 4 | nibble
-            default: words.2 = words.2 << 4 | nibble
-            }
-            count += 1
-        }
-        if packed && count == 40 {
+        var digest = revID.digest
+        // Read through the string's own bytes (a native string always has them): iterating
+        // `utf8` one element at a time cost 2 % of a mesh's CPU (`Packages/Mesh/BENCHMARKS.md`).
+        let words = digest.withUTF8 { Self.sha1Words($0) }
+        if let words {
             self = .sha1(generation: revID.generation, high: words.0, middle: words.1, low: UInt32(truncatingIfNeeded: words.2))
         } else {
             self = .other(revID)
         }
+    }
+
+    /// The 160 bits of a SHA-1 digest written as 40 lowercase hex digits, as three words
+    /// (64, 64 and the last 32 bits); nil for any other text.
+    private static func sha1Words(_ text: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64, UInt64)? {
+        guard text.count == 40 else { return nil }
+        var words: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        for (i, c) in text.enumerated() {
+            let nibble: UInt64
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = UInt64(c &- UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = UInt64(c &- UInt8(ascii: "a") &+ 10)
+            default: return nil
+            }
+            switch i {
+            case 0..<16: words.0 = words.0 << 4 | nibble
+            case 16..<32: words.1 = words.1 << 4 | nibble
+            default: words.2 = words.2 << 4 | nibble
+            }
+        }
+        return words
     }
 
     /// The revision ID this stands for (a new digest string for a packed one).
