@@ -3,14 +3,17 @@ import PeerSyncCore
 
 /// Receiving a `revs` batch (``RevisionBatch``, between PeerSync peers): each of its revisions
 /// is handled as a `rev` carrying it would be — the same reading, checks, insertion, conflict
-/// handling, answers and reports — and each is reported (progress, document event) as soon as
-/// it is handled; the reply, sent once every one is handled, answers each. The common
-/// revision (a full body without blobs, of a document nobody else is resolving) is read here
-/// and handed to the inserter with the others like it, in one call from this handler's task;
-/// the rest take the way of a `rev` (``receivePulled(_:)``, ``receivePushed(_:)``), each in a
-/// task of its own, concurrently. Why: a task per revision, each waiting for the inserter on
-/// its own, cost about three task switches and a wake-up of a thread per stored revision in a
-/// mesh (`Packages/Mesh/BENCHMARKS.md`, 5 December 2026).
+/// handling, answers and errors — and the reply, sent once every one is handled, answers each.
+/// The common revision (a full body without blobs, of a document nobody else is resolving) is
+/// read here and handed to the inserter with the others like it, in one call from this
+/// handler's task; once their transaction committed they are finished one after another and
+/// reported together (progress, one document event listing them). The rest take the way of a
+/// `rev` (``receivePulled(_:)``, ``receivePushed(_:)``), each in a task of its own,
+/// concurrently, and are reported each on its own. Every report is made before the handler
+/// returns, so before the replicator can report `.stopped`. Why: a task per revision, each
+/// waiting for the inserter and reporting on its own, cost about five task switches and two
+/// thread wake-ups per stored revision in a mesh (`Packages/Mesh/BENCHMARKS.md`, 5 December
+/// 2026).
 extension Puller {
     /// A `revs` request. `pushed`: the passive side receiving a push (else the active side's
     /// pull). A body that is not a JSON array, or one holding more revisions than
@@ -60,8 +63,15 @@ extension Puller {
             // Finished (and their documents' conflict handling ended) before waiting for the
             // child tasks, which may wait for one of those documents.
             let outcomes = await inserter.insert(ready.map(\.revision.insert))
+            // Their document events go together, in one event, as soon as they are handled.
+            var handled: [ReplicatedDocument] = []
             for (k, (i, revision)) in ready.enumerated() {
-                results[i] = pushed ? finishPushed(revision, outcomes[k]) : await finishPulled(revision, outcomes[k])
+                results[i] = pushed ? finishPushed(revision, outcomes[k], handled: &handled)
+                                    : await finishPulled(revision, outcomes[k], handled: &handled)
+            }
+            if !handled.isEmpty {
+                if !pushed { context.events.progress(handled.count, 0) }
+                context.events.documents(DocumentReplication(isPush: false, documents: handled))
             }
             for await (i, error) in group { results[i] = error }
         }
@@ -111,8 +121,10 @@ extension Puller {
     }
 
     /// A ready pulled revision after its insertion, as ``receivePulled(_:)`` finishes one:
-    /// nil when handled, else the error its entry is answered with.
-    private func finishPulled(_ revision: ReadyRevision, _ outcome: Result<RevisionInsertOutcome, any Error>) async -> BLIPError? {
+    /// nil when handled (its document event appended to `handled`, for the caller to
+    /// report), else the error its entry is answered with.
+    private func finishPulled(_ revision: ReadyRevision, _ outcome: Result<RevisionInsertOutcome, any Error>,
+                              handled: inout [ReplicatedDocument]) async -> BLIPError? {
         let docError: PeerSyncError?
         do {
             docError = try await storePulled(revision.incoming, sequence: revision.sequence, outcome)
@@ -124,17 +136,20 @@ extension Puller {
             return Self.entryError(error)
         }
         if let hold = revision.conflictHandling { context.endConflictHandling(hold) }
-        reportPulled(revision.incoming, docError)
+        handled.append(replicatedDocument(revision.incoming, docError))
         revision.claim.release()
         finishRev(revision.sequence, failed: false)
         return nil
     }
 
-    /// A ready pushed revision after its insertion, as ``receivePushed(_:)`` finishes one.
-    private func finishPushed(_ revision: ReadyRevision, _ outcome: Result<RevisionInsertOutcome, any Error>) -> BLIPError? {
+    /// A ready pushed revision after its insertion, as ``receivePushed(_:)`` finishes one
+    /// (its document event appended to `handled`).
+    private func finishPushed(_ revision: ReadyRevision, _ outcome: Result<RevisionInsertOutcome, any Error>,
+                              handled: inout [ReplicatedDocument]) -> BLIPError? {
         defer { revision.claim.release() }
         do {
             try storePushed(revision.incoming, outcome)
+            handled.append(replicatedDocument(revision.incoming, nil))
             return nil
         } catch {
             return Self.entryError(error)

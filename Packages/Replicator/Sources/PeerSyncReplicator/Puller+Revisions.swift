@@ -61,10 +61,10 @@ extension Puller {
         try await receivePulled(ReceivedRevision(request))
     }
 
-    /// A pulled revision (a `rev`, or an entry of a `revs` batch); see ``handleRev(_:)``. It is
-    /// reported (progress, document event) as soon as it is handled, each on its own: the
-    /// events of a `revs` batch reported together at its end were lost once when a mesh link
-    /// was cut mid-batch (`MeshTransportSwitchingTests`), so each is reported as a `rev` is.
+    /// A pulled revision (a `rev`, or an entry of a `revs` batch that needs more than its
+    /// insertion); see ``handleRev(_:)``. It is reported (progress, document event) as soon as
+    /// it is handled, before the handler returns — so before the replicator can report
+    /// `.stopped` (`StoppedWhileStoringTests`).
     func receivePulled(_ request: ReceivedRevision) async throws -> BLIPMessage? {
         ReplicationCounters.add(ReplicationCounters.revsReceived)
         do {
@@ -168,10 +168,12 @@ extension Puller {
     /// A pulled revision handled (stored, or already there): its progress and document event.
     func reportPulled(_ incoming: IncomingRevision, _ docError: PeerSyncError?) {
         context.events.progress(1, 0)
-        context.events.documents(DocumentReplication(isPush: false, documents: [
-            ReplicatedDocument(id: incoming.docID, collection: collection.collection.fullName, flags: incoming.flags,
-                               error: docError),
-        ]))
+        context.events.documents(DocumentReplication(isPush: false, documents: [replicatedDocument(incoming, docError)]))
+    }
+
+    /// A received revision's entry in a document event.
+    func replicatedDocument(_ incoming: IncomingRevision, _ error: PeerSyncError?) -> ReplicatedDocument {
+        ReplicatedDocument(id: incoming.docID, collection: collection.collection.fullName, flags: incoming.flags, error: error)
     }
 
     /// A pulled revision that could not be stored (the transaction failed: disk full, I/O
@@ -219,12 +221,13 @@ extension Puller {
         let outcome = await inserter.insert([incoming.insert(into: c, allowConflict: false)])[0]
         try storePushed(incoming, outcome)
         withExtendedLifetime(pins) {}
+        context.events.documents(DocumentReplication(isPush: false, documents: [replicatedDocument(incoming, nil)]))
         return nil
     }
 
-    /// What follows a pushed revision's insertion: the peer's revision noted, its document
-    /// event. Throws the reply when it was not stored: `HTTP`/507 or 500 for a storage
-    /// failure (logged and reported), 409 or 400 for a refusal.
+    /// What follows a pushed revision's insertion: the peer's revision noted (the caller
+    /// reports its document event). Throws the reply when it was not stored: `HTTP`/507 or
+    /// 500 for a storage failure (logged and reported), 409 or 400 for a refusal.
     func storePushed(_ incoming: IncomingRevision, _ outcome: Result<RevisionInsertOutcome, any Error>) throws {
         let c = collection.collection
         let inserted: RevisionInsertOutcome
@@ -238,9 +241,6 @@ extension Puller {
         }
         if try Self.inserted(inserted).0.inserted { ReplicationCounters.add(ReplicationCounters.revsInserted) }
         context.setPeerRevision(index, incoming.docID, incoming.revID)
-        context.events.documents(DocumentReplication(isPush: false, documents: [
-            ReplicatedDocument(id: incoming.docID, collection: c.fullName, flags: incoming.flags, error: nil),
-        ]))
     }
 
     // MARK: - Reading a rev
