@@ -11,8 +11,8 @@ import PeerSyncCore
 /// `rev` (``receivePulled(_:)``, ``receivePushed(_:)``), each in a task of its own,
 /// concurrently, and are reported each on its own. Every report is made before the handler
 /// returns, so before the replicator can report `.stopped`. Why: a task per revision, each
-/// waiting for the inserter and reporting on its own, cost about five task switches and two
-/// thread wake-ups per stored revision in a mesh (`Packages/Mesh/BENCHMARKS.md`, 5 December
+/// waiting for the inserter and reporting on its own, cost about four more jobs on the
+/// cooperative pool and one and a half more context switches per stored revision in a mesh (`Packages/Mesh/BENCHMARKS.md`, 5 December
 /// 2026).
 extension Puller {
     /// A `revs` request. `pushed`: the passive side receiving a push (else the active side's
